@@ -1,0 +1,11 @@
+"""Test set-up: on a machine without a GPU, Triton kernels run in Triton's CPU interpreter.
+
+TRITON_INTERPRET must be set before any @triton.jit function is defined, so it is set here,
+before a test module imports kernels.triton.
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
