@@ -1,0 +1,128 @@
+"""The linear-kernel interface: declared acceptance (data) + prepare + apply.
+
+A kernel class points at its `KernelDecl` (kernels/declarations.py); acceptance is read from
+there by resolve, lint and the matrix, never re-implemented here. `prepare` turns a float weight
+(or an already quantized `MXTensor`) into a `PreparedWeight` that also carries the static
+activation scale of a static activation key; `apply(x, prepared, bias)` runs the layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+import torch
+from torch import Tensor
+
+from kernels.declarations import KERNELS_BY_NAME, KernelDecl
+from kernels.dispatch import activation_qdq, calibrate_act_scale
+from kernels.mx import MXTensor, mx_quantize
+from kernels.reference.fp8_tensor import check_act_scale
+from registry.contract import SchemeContract
+
+
+@dataclass
+class PreparedWeight:
+    """A layer's weight as a kernel needs it. `cache` holds kernel-owned derived tensors."""
+
+    weight: MXTensor  # [N, K]
+    contract: SchemeContract
+    act_scale: Optional[Tensor] = None  # static per-tensor activation scale (0-dim fp32)
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+
+class LinearKernel:
+    """Base class of every linear kernel. Subclasses set `name` and implement `apply`."""
+
+    name: ClassVar[str]
+
+    @property
+    def decl(self) -> KernelDecl:
+        return KERNELS_BY_NAME[self.name]
+
+    # Weight layout this kernel wants for the quantized weight (None: the format's default).
+    weight_layout: ClassVar[Optional[str]] = None
+
+    def can_implement(self, in_features: int, out_features: int,
+                      act_dtype: torch.dtype | None = None) -> tuple[bool, str]:
+        return self.decl.check_limits(in_features, out_features, act_dtype)
+
+    def prepare(self, weight: Tensor | MXTensor, contract: SchemeContract, *,
+                act_scale: Tensor | float | None = None,
+                calibration: Tensor | None = None) -> PreparedWeight:
+        """Quantize (or check) the weight for `contract`; attach the static activation scale."""
+        wkey = contract.weight
+        if isinstance(weight, MXTensor):
+            if weight.fmt != wkey.format or weight.rounding != wkey.scale.rounding:
+                raise ValueError(
+                    f"weight MXTensor is {weight.fmt}/{weight.rounding} but the contract's weight "
+                    f"key is {wkey}; quantize the weight with the scheme's format and rounding"
+                )
+            if len(weight.shape) != 2:
+                raise ValueError(f"weight must be 2-D [out_features, in_features], got shape "
+                                 f"{tuple(weight.shape)}")
+            mx = weight
+        else:
+            if not isinstance(weight, Tensor) or weight.dim() != 2:
+                got = tuple(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__
+                raise ValueError(f"weight must be a 2-D tensor [out_features, in_features], "
+                                 f"got {got}")
+            mx = mx_quantize(weight, wkey.format, rounding=wkey.scale.rounding,
+                             layout=self.weight_layout)
+        ok, why = self.can_implement(mx.shape[1], mx.shape[0])
+        if not ok:
+            raise ValueError(f"kernel {self.name} cannot run this layer: {why}")
+        prepared = PreparedWeight(mx, contract, _static_scale(contract, act_scale, calibration))
+        self.finish_prepare(prepared)
+        return prepared
+
+    def finish_prepare(self, prepared: PreparedWeight) -> None:
+        """Hook: derive kernel-specific tensors into `prepared.cache`."""
+
+    def apply(self, x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None) -> Tensor:
+        raise NotImplementedError
+
+    def qdq_activation(self, x: Tensor, prepared: PreparedWeight, backend: str = "auto") -> Tensor:
+        """The dispatcher's QDQ of `x` for the contract's activation key (identity: weight-only)."""
+        key = prepared.contract.activation
+        if key is None:
+            return x
+        return activation_qdq(key, backend=backend)(x, prepared.act_scale)
+
+
+def _static_scale(contract: SchemeContract, act_scale: Any, calibration: Tensor | None):
+    key = contract.activation
+    if key is None or not key.static:
+        if act_scale is not None or calibration is not None:
+            what = "weight-only" if key is None else f"dynamic ({key})"
+            raise ValueError(f"the activation key is {what}: it takes no act_scale / calibration")
+        return None
+    if act_scale is not None and calibration is not None:
+        raise ValueError("pass act_scale (from a checkpoint) or calibration (a sample batch), "
+                         "not both")
+    if act_scale is not None:
+        return check_act_scale(act_scale)
+    if calibration is not None:
+        return check_act_scale(calibrate_act_scale(key, calibration).cpu())
+    raise ValueError(
+        f"activation key {key} is static: pass act_scale= (the checkpoint's per-tensor input "
+        "scale) or calibration= (a sample batch of activations) when preparing the weight"
+    )
+
+
+def load_kernel(name: str) -> LinearKernel:
+    """An instance of the kernel called `name` (imports its implementation module)."""
+    import importlib
+
+    decl = KERNELS_BY_NAME.get(name)
+    if decl is None:
+        raise KeyError(f"unknown kernel {name!r}; known: {', '.join(KERNELS_BY_NAME)}")
+    module, _, cls = decl.impl.partition(":")
+    return getattr(importlib.import_module(module), cls)()

@@ -1,0 +1,85 @@
+"""The one activation-QDQ dispatcher, keyed by the activation `QuantKey`.
+
+Linear and MoE paths call `activation_qdq(key)` and get the function that fake-quantizes
+activations for that key. The set of keys it serves is `kernels.activation_keys.DISPATCH_KEYS`
+(data that lint reads without torch); a key outside it raises `UnknownActivationKey` naming the
+key and the known keys. There is no pass-through: a scheme whose activation key is missing here
+cannot run (the vLLM bug where "mxfp6" QDQ was silently skipped).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+from kernels.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
+from kernels.mx import mx_qdq
+from kernels.reference.fp8_tensor import fp8_tensor_qdq
+from registry.contract import QuantKey
+
+#: (x, act_scale) -> x fake-quantized, same dtype and shape.
+ActivationQDQ = Callable[[Tensor, Optional[Tensor]], Tensor]
+
+
+class UnknownActivationKey(KeyError):
+    """The dispatcher has no entry for an activation key (never a pass-through)."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of its argument
+        return str(self.args[0])
+
+
+def _mx(x: Tensor, act_scale: Tensor | None, *, key: QuantKey, backend: str) -> Tensor:
+    if act_scale is not None:
+        raise ValueError(
+            f"activation key {key} computes its e8m0 scales from each block at run time; "
+            "it takes no static act_scale (remove it)"
+        )
+    return mx_qdq(x, key.format, rounding=key.scale.rounding, backend=backend)
+
+
+def _fp8_static(x: Tensor, act_scale: Tensor | None, *, key: QuantKey, backend: str) -> Tensor:
+    if act_scale is None:
+        raise ValueError(
+            f"activation key {key} is static: it needs a per-tensor scale; load it from the "
+            "checkpoint (act_scale=...) or calibrate it from a sample batch (calibration=...)"
+        )
+    return fp8_tensor_qdq(x, act_scale)
+
+
+def _table() -> dict[QuantKey, Callable[..., Tensor]]:
+    table: dict[QuantKey, Callable[..., Tensor]] = {k: _mx for k in MX_DYNAMIC_KEYS}
+    table[FP8_STATIC_TENSOR_KEY] = _fp8_static
+    assert set(table) == set(DISPATCH_KEYS), "dispatcher table and DISPATCH_KEYS disagree"
+    return table
+
+
+_TABLE = _table()
+
+
+def known_keys() -> list[str]:
+    return sorted(str(k) for k in _TABLE)
+
+
+def activation_qdq(key: QuantKey, backend: str = "auto") -> ActivationQDQ:
+    """The QDQ function for `key`, or UnknownActivationKey naming the key and the known keys."""
+    fn = _TABLE.get(key)
+    if fn is None:
+        raise UnknownActivationKey(
+            f"the activation-QDQ dispatcher has no entry for {key}; known keys: "
+            f"{', '.join(known_keys())}"
+        )
+    return partial(fn, key=key, backend=backend)
+
+
+def calibrate_act_scale(key: QuantKey, sample: Tensor) -> Tensor:
+    """A static per-tensor activation scale from a sample batch: amax / max normal (fp8 E4M3)."""
+    if key != FP8_STATIC_TENSOR_KEY:
+        raise ValueError(f"activation key {key} has no static scale to calibrate")
+    if sample.numel() == 0:
+        raise ValueError("calibration sample is empty; pass a batch of real activations")
+    amax = sample.detach().abs().float().amax()
+    if not torch.isfinite(amax):
+        raise ValueError("calibration sample holds NaN or Inf; pass finite activations")
+    return torch.clamp(amax / 448.0, min=torch.finfo(torch.float32).tiny).reshape(())

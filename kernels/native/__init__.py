@@ -1,0 +1,1 @@
+"""Native vendor-library paths (torch._scaled_mm MX block-scaled GEMM)."""

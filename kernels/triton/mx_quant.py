@@ -1,0 +1,344 @@
+"""Triton MX quantize / dequantize / fused QDQ for every element format, bit-exact with
+kernels.reference.mx (DESIGN.md §3).
+
+Each program owns a [BLOCK_R, BLOCK_K] tile of a row-major [R, K] tensor: one coalesced load,
+the 32-element block max from the fp32 bits (a NaN / Inf anywhere makes the block's scale byte
+0xFF and its codes 0), integer shared exponent, element rounding by exact fp32 "magic number"
+adds (codec helpers in mx_codec.py), then packing per kernels.formats' layouts:
+  PACK 0: one code a byte; PACK 1: mxfp4 two codes a byte, element 2i in the low nibble;
+  PACK 2: mxfp6 four codes in three bytes, written as three little-endian int32 words per 16
+  codes so that the stores stay word-sized.
+On a GPU the tile shape is autotuned per (K, R bucket, format); under TRITON_INTERPRET=1 one
+small fixed tile keeps the CPU tests fast.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
+from kernels.formats import resolve_layout
+from kernels.triton.mx_codec import (
+    KIND_BF16, KIND_FP16, KIND_FP32, ROUNDING_CODE, _decode, _encode, _load_fp32, _pow2,
+    _round_value, _shared_exponent, _store_fp32, format_constexprs,
+)
+
+_WHERE = "kernels.triton.mx_quant"
+_KIND_OF_DTYPE = {torch.float32: KIND_FP32, torch.bfloat16: KIND_BF16, torch.float16: KIND_FP16}
+
+
+@triton.jit
+def _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
+                 BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr, MBITS: tl.constexpr,
+                 EMAX: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
+                 ROUNDING: tl.constexpr):
+    """Load a tile; return (x * 2**-E as [BLOCK_R, NB, 32] fp32, E [BLOCK_R, NB], non-finite
+    block flags [BLOCK_R, NB], row indices)."""
+    NB: tl.constexpr = BLOCK_K // 32
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows < R)[:, None] & (cols < K)[None, :]
+    ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :]
+    x = tl.reshape(_load_fp32(ptrs, mask, IN_KIND), [BLOCK_R, NB, 32])
+    amax_bits = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+    bad = amax_bits >= 0x7F800000  # a NaN or an Inf in the block
+    e = _shared_exponent(amax_bits, EMAX, MBITS, MAXN_MANT, MAXN_SUB, ROUNDING)
+    e = tl.where(bad, 0, e)  # keeps NaN / Inf blocks' (discarded) arithmetic overflow-free
+    v = x * _pow2(-e)[:, :, None]
+    return v, e, bad, rows
+
+
+@triton.jit
+def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, R_BUCKET, stride_x, stride_d, stride_s,
+                     IN_KIND: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                     EMAX: tl.constexpr, MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr,
+                     MAXN_SUB: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
+                     SPECIALS: tl.constexpr, ROUNDING: tl.constexpr, PACK: tl.constexpr,
+                     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    NB: tl.constexpr = BLOCK_K // 32
+    v, e, bad, rows = _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
+                                   IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    codes = _encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT)
+    codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
+    row_ok = (rows < R)[:, None]
+    d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
+    if PACK == 0:
+        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
+    elif PACK == 1:
+        lo, hi = tl.split(tl.reshape(codes, [BLOCK_R, BLOCK_K // 2, 2]))
+        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        tl.store(d_row + cols[None, :], (lo | (hi << 4)).to(tl.uint8),
+                 mask=row_ok & (cols < K // 2)[None, :])
+    else:
+        w = _pack4(codes, 6, BLOCK_R, BLOCK_K // 4)  # 24-bit groups c0 | c1<<6 | c2<<12 | c3<<18
+        w0, w1, w2, w3 = _split4(w, BLOCK_R, BLOCK_K // 16)
+        q = pid_k * (BLOCK_K // 16) + tl.arange(0, BLOCK_K // 16)
+        m = row_ok & (q < K // 16)[None, :]
+        p = d_row + 3 * q[None, :]
+        tl.store(p, w0 | (w1 << 24), mask=m)
+        tl.store(p + 1, (w1 >> 8) | (w2 << 16), mask=m)
+        tl.store(p + 2, (w2 >> 16) | (w3 << 8), mask=m)
+    blk = pid_k * NB + tl.arange(0, NB)
+    sbyte = tl.where(bad, 255, e + 127).to(tl.uint8)
+    tl.store(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :], sbyte,
+             mask=row_ok & (blk < K // 32)[None, :])
+
+
+@triton.jit
+def _split4(t, BLOCK_R: tl.constexpr, N: tl.constexpr):
+    """[BLOCK_R, 4N] -> four [BLOCK_R, N] tensors holding elements 4j, 4j+1, 4j+2, 4j+3."""
+    even, odd = tl.split(tl.reshape(t, [BLOCK_R, N, 2, 2]))
+    a0, a2 = tl.split(even)
+    a1, a3 = tl.split(odd)
+    return a0, a1, a2, a3
+
+
+@triton.jit
+def _join4(a0, a1, a2, a3, BLOCK_R: tl.constexpr, N: tl.constexpr):
+    """Inverse of _split4: four [BLOCK_R, N] -> [BLOCK_R, 4N] interleaved."""
+    return tl.reshape(tl.join(tl.join(a0, a2), tl.join(a1, a3)), [BLOCK_R, 4 * N])
+
+
+@triton.jit
+def _pack4(t, SHIFT: tl.constexpr, BLOCK_R: tl.constexpr, N: tl.constexpr):
+    a0, a1, a2, a3 = _split4(t, BLOCK_R, N)
+    return a0 | (a1 << SHIFT) | (a2 << (2 * SHIFT)) | (a3 << (3 * SHIFT))
+
+
+@triton.jit
+def _load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK: tl.constexpr,
+                BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Element codes [BLOCK_R, BLOCK_K] (int32) of a tile, unpacked per the layout."""
+    row_ok = (rows < R)[:, None]
+    d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
+    if PACK == 0:
+        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
+        codes = codes.to(tl.int32)  # bits above the code width: ignored by _decode
+    elif PACK == 1:
+        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        b = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K // 2)[None, :], other=0)
+        b = b.to(tl.int32)
+        codes = tl.reshape(tl.join(b & 0xF, b >> 4), [BLOCK_R, BLOCK_K])
+    else:
+        q = pid_k * (BLOCK_K // 16) + tl.arange(0, BLOCK_K // 16)
+        m = row_ok & (q < K // 16)[None, :]
+        p = d_row + 3 * q[None, :]
+        x0 = tl.load(p, mask=m, other=0)
+        x1 = tl.load(p + 1, mask=m, other=0)
+        x2 = tl.load(p + 2, mask=m, other=0)
+        w = _join4(x0 & 0xFFFFFF, ((x0 >> 24) & 0xFF) | ((x1 & 0xFFFF) << 8),
+                   ((x1 >> 16) & 0xFFFF) | ((x2 & 0xFF) << 16), (x2 >> 8) & 0xFFFFFF,
+                   BLOCK_R, BLOCK_K // 16)
+        codes = _join4(w & 0x3F, (w >> 6) & 0x3F, (w >> 12) & 0x3F, (w >> 18) & 0x3F,
+                       BLOCK_R, BLOCK_K // 4)
+    return codes
+
+
+@triton.jit
+def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, R_BUCKET, stride_d, stride_s,
+                       stride_o, OUT_KIND: tl.constexpr, MBITS: tl.constexpr,
+                       BIAS: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
+                       SPECIALS: tl.constexpr, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    NB: tl.constexpr = BLOCK_K // 32
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = (rows < R)[:, None]
+    codes = _load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K)
+    blk = pid_k * NB + tl.arange(0, NB)
+    sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
+                    mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
+    val = _decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
+    val = val * _pow2(tl.minimum(sbyte, 254) - 127)[:, :, None]  # 0xFF: NaN below
+    nan = (tl.zeros_like(sbyte) + 0x7FC00000).to(tl.float32, bitcast=True)
+    val = tl.where((sbyte == 255)[:, :, None], nan[:, :, None], val)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
+                tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND)
+
+
+@triton.jit
+def _qdq_kernel(x_ptr, out_ptr, R, K, R_BUCKET, stride_x, stride_o, IN_KIND: tl.constexpr,
+                MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
+                MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
+                BITS: tl.constexpr, IS_INT: tl.constexpr, SPECIALS: tl.constexpr,
+                ROUNDING: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    v, e, bad, rows = _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
+                                   IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    val = _round_value(v, MBITS, BIAS, MAX_NORMAL, IS_INT) * _pow2(e)[:, :, None]
+    nan = (tl.zeros_like(e) + 0x7FC00000).to(tl.float32, bitcast=True)
+    val = tl.where(bad[:, :, None], nan[:, :, None], val)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
+                tl.reshape(val, [BLOCK_R, BLOCK_K]), (rows < R)[:, None] & (cols < K)[None, :],
+                OUT_KIND=IN_KIND)
+
+
+# ----------------------------------------------------------------------------- launch set-up
+_INTERPRETED = type(_quantize_kernel).__name__ == "InterpretedFunction"
+# Interpreter: one tile shape (BLOCK_K 64 so the tests cover K < BLOCK_K and K % BLOCK_K != 0).
+INTERPRETER_TILE = {"BLOCK_R": 16, "BLOCK_K": 64}
+# GPU: (BLOCK_R, BLOCK_K, num_warps), tiles of 2K-8K elements; BLOCK_K a multiple of 64 keeps
+# fp4 bytes and fp6 words whole.
+GPU_TILES = ((8, 256, 4), (16, 256, 4), (32, 256, 8), (16, 512, 8), (32, 128, 4), (64, 64, 4))
+_TUNE_KEY = ["R_BUCKET", "K", "MBITS", "BITS", "IS_INT"]
+
+
+def _autotuned(kernel, extra_key: list[str]):
+    if _INTERPRETED:
+        return None
+    configs = [triton.Config({"BLOCK_R": br, "BLOCK_K": bk}, num_warps=w) for br, bk, w in GPU_TILES]
+    return triton.autotune(configs=configs, key=_TUNE_KEY + extra_key)(kernel)
+
+
+_quantize_tuned = _autotuned(_quantize_kernel, ["IN_KIND", "PACK", "ROUNDING"])
+_dequantize_tuned = _autotuned(_dequantize_kernel, ["OUT_KIND", "PACK"])
+_qdq_tuned = _autotuned(_qdq_kernel, ["IN_KIND", "ROUNDING"])
+
+
+def _launch(kernel, tuned, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
+    """Run `kernel` over an [r, k] grid of tiles (autotuned on a GPU, fixed when interpreted)."""
+    # R_BUCKET (a capped power of two) keys the autotuner, so a new token count does not
+    # trigger a new tuning run.
+    r_bucket = min(triton.next_power_of_2(max(r, 1)), 16384)
+    if tuned is None:
+        grid = (triton.cdiv(r, INTERPRETER_TILE["BLOCK_R"]), triton.cdiv(k, INTERPRETER_TILE["BLOCK_K"]))
+        kernel[grid](*ptrs, r, k, r_bucket, *strides, **consts, **INTERPRETER_TILE)
+    else:
+        def grid(meta):
+            return (triton.cdiv(r, meta["BLOCK_R"]), triton.cdiv(k, meta["BLOCK_K"]))
+        tuned[grid](*ptrs, r, k, r_bucket, *strides, **consts)
+
+
+# ----------------------------------------------------------------------------- public API
+def _format(fmt: ElemFormat | str) -> ElemFormat:
+    return get_format(fmt) if isinstance(fmt, str) else fmt
+
+
+def _check_tensor(t: object, name: str, fn: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{_WHERE}.{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{_WHERE}.{fn}: {name} must be 2-D [R, K], got shape {tuple(t.shape)}; "
+                         "reshape it to (-1, K) first")
+    if t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"{_WHERE}.{fn}: {name} must have unit stride along its last axis, got "
+                         f"strides {t.stride()}; pass {name}.contiguous()")
+    if not _INTERPRETED and not t.is_cuda:
+        raise ValueError(f"{_WHERE}.{fn}: {name} is on {t.device}; the Triton kernels need a CUDA "
+                         "tensor (or TRITON_INTERPRET=1 set before importing kernels.triton)")
+    return t
+
+
+def _check_input(x2d: object, fn: str) -> torch.Tensor:
+    x = _check_tensor(x2d, "x2d", fn)
+    if x.dtype not in _KIND_OF_DTYPE:
+        raise ValueError(f"{_WHERE}.{fn}: x2d has dtype {x.dtype}; expected float32, bfloat16 or "
+                         "float16 (cast it first)")
+    if x.shape[1] % BLOCK:
+        raise ValueError(f"{_WHERE}.{fn}: x2d's last axis K={x.shape[1]} is not a multiple of the "
+                         f"MX block size {BLOCK}; pad K to a multiple of {BLOCK}")
+    return x
+
+
+def _bits_view(t: torch.Tensor) -> torch.Tensor:
+    """fp32 / bf16 tensors go to the kernels as int32 / int16 views (exact bit handling)."""
+    if t.dtype == torch.float32:
+        return t.view(torch.int32)
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16)
+    return t
+
+
+def _pack_code(fmt: ElemFormat, layout: str) -> int:
+    if layout == "unpacked" or fmt.bits == 8:
+        return 0
+    return 1 if fmt.bits == 4 else 2
+
+
+def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
+             layout: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x2d [R, K] fp32/bf16/fp16, K % 32 == 0 -> (data uint8 [R, bytes_per_row(fmt, layout, K)],
+    scales uint8 [R, K // 32]); layout None means the format's default."""
+    x = _check_input(x2d, "quantize")
+    fmt = _format(fmt)
+    layout = resolve_layout(fmt, layout)
+    rnd = ROUNDING_CODE[check_rounding(rounding)]
+    r, k = x.shape
+    pack = _pack_code(fmt, layout)
+    scales = torch.empty((r, k // BLOCK), dtype=torch.uint8, device=x.device)
+    if pack == 2:  # written as int32 words, returned as their little-endian bytes
+        words = torch.empty((r, 3 * k // 16), dtype=torch.int32, device=x.device)
+        data = words.view(torch.uint8)
+    else:
+        words = data = torch.empty((r, bytes_per_row(fmt, layout, k)), dtype=torch.uint8,
+                                   device=x.device)
+    if r and k:
+        consts = format_constexprs(fmt)
+        consts.update(IN_KIND=_KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, PACK=pack)
+        _launch(_quantize_kernel, _quantize_tuned, (_bits_view(x), words, scales), r, k,
+                (x.stride(0), words.stride(0), scales.stride(0)), consts)
+    return data, scales
+
+
+def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout: str | None,
+               k: int, out_dtype: torch.dtype) -> torch.Tensor:
+    """-> [R, k] out_dtype: code value * 2**E in fp32 (exact), then cast to out_dtype (RNE).
+    Any byte decodes per the spec; a scale byte 0xFF makes its block NaN."""
+    fmt = _format(fmt)
+    layout = resolve_layout(fmt, layout)
+    data = _check_tensor(data, "data", "dequantize")
+    scales = _check_tensor(scales, "scales", "dequantize")
+    if out_dtype not in _KIND_OF_DTYPE:
+        raise ValueError(f"{_WHERE}.dequantize: out_dtype {out_dtype} is not float32, bfloat16 "
+                         "or float16")
+    if not isinstance(k, int) or k < 0 or k % BLOCK:
+        raise ValueError(f"{_WHERE}.dequantize: k={k!r} must be a non-negative multiple of {BLOCK}")
+    r = data.shape[0]
+    want_data, want_scales = (r, bytes_per_row(fmt, layout, k)), (r, k // BLOCK)
+    for name, t, want in (("data", data, want_data), ("scales", scales, want_scales)):
+        if t.dtype != torch.uint8 or tuple(t.shape) != want:
+            raise ValueError(f"{_WHERE}.dequantize: {name} must be uint8 of shape {want} for "
+                             f"{fmt.name} ({layout}) with k={k}, got {t.dtype} {tuple(t.shape)}")
+    if scales.device != data.device:
+        raise ValueError(f"{_WHERE}.dequantize: data is on {data.device} but scales on "
+                         f"{scales.device}; move both to one device")
+    pack = _pack_code(fmt, layout)
+    if pack == 2:
+        try:
+            data = data.view(torch.int32)
+        except RuntimeError:  # row stride or offset not word aligned: a dense copy is
+            data = data.clone().view(torch.int32)
+    out = torch.empty((r, k), dtype=out_dtype, device=data.device)
+    if r and k:
+        consts = format_constexprs(fmt)
+        for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
+            consts.pop(name)
+        consts.update(OUT_KIND=_KIND_OF_DTYPE[out_dtype], PACK=pack)
+        _launch(_dequantize_kernel, _dequantize_tuned, (data, scales, _bits_view(out)), r, k,
+                (data.stride(0), scales.stride(0), out.stride(0)), consts)
+    return out
+
+
+def qdq(x2d: torch.Tensor, fmt: ElemFormat, rounding: str) -> torch.Tensor:
+    """dequantize(*quantize(x2d, fmt, rounding), out_dtype=x2d.dtype), bit for bit, in one
+    fused kernel (codes never reach memory)."""
+    x = _check_input(x2d, "qdq")
+    fmt = _format(fmt)
+    rnd = ROUNDING_CODE[check_rounding(rounding)]
+    r, k = x.shape
+    out = torch.empty((r, k), dtype=x.dtype, device=x.device)
+    if r and k:
+        consts = format_constexprs(fmt)
+        consts.update(IN_KIND=_KIND_OF_DTYPE[x.dtype], ROUNDING=rnd)
+        _launch(_qdq_kernel, _qdq_tuned, (_bits_view(x), _bits_view(out)), r, k,
+                (x.stride(0), out.stride(0)), consts)
+    return out

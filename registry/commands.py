@@ -1,0 +1,225 @@
+"""The look-up subcommands: list, show, lint, schema. None of them imports torch or triton."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from registry.catalog import Catalog, load_files
+from registry.cli import Command, UsageError, print_findings, print_json, register, table
+from registry.contract import QuantKey, Scheme
+from registry.errors import Finding, UnknownSchemeError, display_path
+from registry.lint import run_lint
+from registry.loader import SchemeDir, read_scheme_file, scheme_dirs
+from registry.schema import json_schema
+
+
+def _catalog(args: argparse.Namespace) -> Catalog:
+    return load_files(scheme_dirs(args.schemes))
+
+
+def _origin(catalog: Catalog, scheme: Scheme) -> str:
+    for d in catalog.dirs:
+        if Path(display_path(d.path)) == scheme.source_dir:
+            return d.origin
+    return "argument"
+
+
+def key_dict(key: QuantKey | None, scheme: Scheme, role: str) -> dict[str, Any] | None:
+    """Every field of a key, with the line each was written on (None: implied default)."""
+    if key is None:
+        return None
+    s = key.scale
+
+    def line(field: str) -> int | None:
+        return dict(scheme.field_lines).get(f"{role}.{field}")
+
+    return {
+        "key": str(key), "format": key.format, "static": key.static,
+        "scale": {"format": s.format, "granularity": s.granularity, "block": s.block,
+                  "static": s.static, "rounding": s.rounding},
+        "lines": {f: line(f) for f in ("format", "static", "scale.format", "scale.granularity",
+                                       "scale.block", "scale.rounding")},
+    }
+
+
+def scheme_dict(catalog: Catalog, scheme: Scheme) -> dict[str, Any]:
+    return {
+        "name": scheme.name, "summary": scheme.summary, "aliases": list(scheme.aliases),
+        "weight": key_dict(scheme.weight, scheme, "weight"),
+        "activation": key_dict(scheme.activation, scheme, "activation"),
+        "contract": str(scheme.contract),
+        "source": {"file": str(scheme.source), "line": scheme.line("name"),
+                   "dir": str(scheme.source_dir), "origin": _origin(catalog, scheme)},
+    }
+
+
+# --- list --------------------------------------------------------------------------------------
+
+def _list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON: {schemes, findings}")
+
+
+def _list(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    schemes = sorted(catalog, key=lambda s: s.name)
+    if args.json:
+        print_json({"schemes": [scheme_dict(catalog, s) for s in schemes],
+                    "findings": [f.to_dict() for f in catalog.findings]})
+    else:
+        rows = [["NAME", "WEIGHT", "ACTIVATION", "SOURCE"]]
+        rows += [[s.name, str(s.weight), str(s.activation or "none"), s.location]
+                 for s in schemes]
+        print(table(rows))
+        print_findings(catalog.findings, sys.stderr)
+    return 1 if catalog.errors else 0
+
+
+# --- show --------------------------------------------------------------------------------------
+
+def _show_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME", help="a scheme name or alias")
+    p.add_argument("--json", action="store_true", help="print the scheme as JSON")
+
+
+def _show(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    try:
+        scheme = catalog.get(args.name)
+    except UnknownSchemeError as e:
+        print_findings(catalog.findings, sys.stderr)
+        raise UsageError(f"registry show: error: {e}") from None
+    data = scheme_dict(catalog, scheme)
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"{scheme.name}: {scheme.summary}")
+    src = data["source"]
+    print(f"  source:     {scheme.location}  ({src['origin']} directory {src['dir']})")
+    print(f"  aliases:    {', '.join(scheme.aliases) or '(none)'}")
+    print(f"  contract:   {scheme.contract}")
+    for role in ("weight", "activation"):
+        key = data[role]
+        if key is None:
+            print(f"  {role + ':':11} none  (weight-only; line {scheme.line(role)})")
+            continue
+        print(f"  {role + ':':11} {key['key']}  (line {scheme.line(role)})")
+        values = {"format": key["format"], "static": key["static"],
+                  **{f"scale.{k}": v for k, v in key["scale"].items() if k != "static"}}
+        rows = []
+        for field, value in values.items():
+            line = key["lines"][field]
+            shown = "true" if value is True else "false" if value is False else \
+                "-" if value is None else str(value)
+            rows.append([f"    {field}", shown, f"line {line}" if line else "(implied)"])
+        print(table(rows))
+    print_findings(catalog.findings, sys.stderr)
+    return 0
+
+
+# --- lint --------------------------------------------------------------------------------------
+
+def _lint_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="scheme files or directories (default: every scheme directory)")
+    p.add_argument("--json", action="store_true", help="print JSON: {ok, checked, findings}")
+    p.add_argument("--probe", action="store_true",
+                   help="also run every (scheme, kernel) pair that can run on this machine on "
+                        "small random data: it must match the reference emulation and its "
+                        "activation quantization must change the output (imports torch)")
+
+
+def _in_scope(f: Finding, files: set[Path], dirs: set[Path], shown: set[str]) -> bool:
+    p = Path(f.path).resolve()
+    if p in files or p in dirs or p.parent in dirs:
+        return True
+    return any(f" {s}:" in f.message for s in shown)  # a clash naming a file in scope
+
+
+def _lint(args: argparse.Namespace) -> int:
+    for p in args.paths:
+        if not Path(p).exists():
+            raise UsageError(f"registry lint: error: no such file or directory: {p}")
+    configured = scheme_dirs(args.schemes)
+    if not args.paths:
+        catalog = load_files(configured)
+        findings = run_lint(catalog)
+        checked = catalog.files
+    else:
+        dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
+        files = [Path(p) for p in args.paths if not Path(p).is_dir()]
+        catalog = load_files(configured + [SchemeDir(d, "argument") for d in dirs], files)
+        rdirs = {d.resolve() for d in dirs}
+        rfiles = {f.resolve() for f in files}
+        checked = [f for f in catalog.files
+                   if Path(f).resolve() in rfiles or Path(f).resolve().parent in rdirs]
+        findings = [f for f in run_lint(catalog) if _in_scope(f, rfiles, rdirs, set(checked))]
+    probed = None
+    if args.probe:
+        from registry.probe import probe_findings, run_probe
+
+        probed = run_probe(catalog)
+        findings = findings + probe_findings(catalog, probed)
+        if not args.json:
+            _print_probe(probed)
+    return _report(findings, checked, args.json, probed)
+
+
+def _print_probe(results) -> None:
+    rows = [["scheme", "kernel", "platform", "rel err", "act effect", "result"]]
+    for r in results:
+        rows.append([r.scheme, r.kernel, r.platform,
+                     "-" if r.rel_err is None else f"{r.rel_err:.1e}",
+                     "-" if r.act_effect is None else f"{r.act_effect:.1e}", r.message])
+    print(table(rows), file=sys.stderr)
+    bad = sum(not r.ok for r in results)
+    print(f"probe: {len(results) - bad} of {len(results)} (scheme, kernel) pairs verified",
+          file=sys.stderr)
+
+
+def _report(findings: list[Finding], checked: list[str], as_json: bool,
+            probed: list | None = None) -> int:
+    if as_json:
+        out = {"ok": not findings, "checked": checked,
+               "findings": [f.to_dict() for f in findings]}
+        if probed is not None:
+            out["probe"] = [r.to_dict() for r in probed]
+        print_json(out)
+    else:
+        print_findings(findings)
+    return 1 if findings else 0
+
+
+# --- schema ------------------------------------------------------------------------------------
+
+def _schema_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--check", nargs="+", metavar="FILE",
+                   help="validate these scheme files instead (output and exit code as lint)")
+    p.add_argument("--json", action="store_true", help="with --check: print JSON as lint does")
+
+
+def _schema(args: argparse.Namespace) -> int:
+    if not args.check:
+        if args.json:
+            raise UsageError("registry schema: error: --json goes with --check (the schema "
+                             "itself is always JSON)")
+        print_json(json_schema())
+        return 0
+    findings: list[Finding] = []
+    for name in args.check:
+        path = Path(name)
+        if not path.is_file():
+            what = "a directory (use `registry lint DIR`)" if path.is_dir() else "not a file"
+            raise UsageError(f"registry schema: error: {name} is {what}")
+        findings += read_scheme_file(path)[1]
+    return _report(findings, [display_path(p) for p in args.check], args.json)
+
+
+register(Command("list", "list every scheme: name, weight key, activation key, source",
+                 _list_args, _list))
+register(Command("show", "show one scheme's contract, field by field", _show_args, _show))
+register(Command("lint", "check scheme files; exit 0 clean, 1 findings, 2 usage",
+                 _lint_args, _lint))
+register(Command("schema", "print the JSON Schema of a scheme file, or check files against "
+                           "it (--check)", _schema_args, _schema))

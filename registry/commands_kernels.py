@@ -1,0 +1,201 @@
+"""The kernel subcommands: resolve and matrix (torch is imported only to detect the platform)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from registry.catalog import Catalog, load_files
+from registry.cli import Command, UsageError, print_json, register, table
+from registry.contract import Scheme
+from registry.errors import UnknownSchemeError
+from registry.loader import scheme_dirs
+from registry.platform import Platform, detect
+from registry.resolve import Resolution, ResolutionError, accepts, resolve
+
+
+def _catalog(args: argparse.Namespace) -> Catalog:
+    return load_files(scheme_dirs(args.schemes))
+
+
+def _platform(args: argparse.Namespace) -> tuple[Platform, str]:
+    if args.platform:
+        try:
+            return Platform.parse(args.platform), "named"
+        except ValueError as e:
+            raise UsageError(f"registry: error: --platform: {e}") from None
+    return detect(), "detected"
+
+
+def _kernel_list(text: str | None) -> list[str]:
+    return [k.strip() for k in (text or "").split(",") if k.strip()]
+
+
+def _check_kernels(names: list[str]) -> None:
+    from kernels.declarations import KERNELS_BY_NAME
+
+    for n in names:
+        if n not in KERNELS_BY_NAME:
+            raise UsageError(f"registry: error: unknown kernel {n!r}; known kernels: "
+                             f"{', '.join(KERNELS_BY_NAME)}")
+
+
+def _scheme(catalog: Catalog, name: str) -> Scheme:
+    try:
+        return catalog.get(name)
+    except (UnknownSchemeError, KeyError) as e:
+        raise UsageError(f"registry: error: {e}".replace("\n", " ")) from None
+
+
+# --- resolve ------------------------------------------------------------------------------------
+
+def _resolve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scheme", nargs="?", metavar="NAME|ALIAS", help="a scheme name or alias")
+    p.add_argument("--all", action="store_true", help="resolve every scheme")
+    p.add_argument("--platform", metavar="P",
+                   help="what-if platform (cpu, cuda:sm90, cuda:sm100, rocm:gfx950, xpu, ...); "
+                        "default: this machine")
+    p.add_argument("--strict", action="store_true",
+                   help="a fallback to an emulated kernel (or --force) is an error "
+                        "(also REGISTRY_STRICT=1)")
+    p.add_argument("--disable", metavar="K,...", help="kernels to skip (also "
+                                                      "REGISTRY_DISABLED_KERNELS)")
+    p.add_argument("--force", metavar="K", help="use this kernel or fail")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _resolve_one(scheme: Scheme, plat: Platform, args) -> tuple[Resolution, str | None]:
+    try:
+        return resolve(scheme, plat, strict=args.strict, disabled=_kernel_list(args.disable),
+                       force=args.force), None
+    except ResolutionError as e:
+        return e.resolution, str(e)
+
+
+def _print_resolution(res: Resolution, scheme: Scheme, how: str, error: str | None) -> None:
+    aliases = f" (aliases: {', '.join(scheme.aliases)})" if scheme.aliases else ""
+    chosen = res.chosen
+    if res.kernel is None:
+        kernel = "NONE"
+    else:
+        mode = "native" if chosen and chosen.native else "emulated"
+        flags = [mode] + (["FALLBACK"] if res.fallback else []) + (["forced"] if res.forced else [])
+        kernel = f"{res.kernel} ({', '.join(flags)})"
+    act = res.contract.activation
+    print(table([
+        ["scheme", f"{scheme.name}{aliases}"],
+        ["source", scheme.location],
+        ["platform", f"{res.platform} ({how})"],
+        ["weight", str(res.contract.weight)],
+        ["activation", "none (weight-only)" if act is None else str(act)],
+        ["kernel", kernel],
+    ]))
+    print("\ncandidates, in priority order:")
+    rows = [["", c.kernel, c.reason] for c in res.candidates]
+    for row, c in zip(rows, res.candidates):
+        row[0] = "->" if c.accepted else "  "
+    print(table(rows) if rows else "  (none)")
+    if error:
+        print(f"\nerror: {error}")
+
+
+def _run_resolve(args: argparse.Namespace) -> int:
+    if args.all == bool(args.scheme):
+        raise UsageError("registry resolve: error: give one scheme NAME|ALIAS or --all")
+    _check_kernels(_kernel_list(args.disable) + ([args.force] if args.force else []))
+    catalog = _catalog(args)
+    plat, how = _platform(args)
+    schemes = (sorted(catalog.schemes.values(), key=lambda s: s.name) if args.all
+               else [_scheme(catalog, args.scheme)])
+    results = [(s, *_resolve_one(s, plat, args)) for s in schemes]
+    failed = sum(err is not None for _, _, err in results)
+    if args.json:
+        out = [dict(res.to_dict(), error=err) for _, res, err in results]
+        print_json(out if args.all else out[0])
+    elif args.all:
+        rows = [["scheme", "kernel", "mode", "weight", "activation"]]
+        for s, res, err in results:
+            c = res.chosen
+            mode = ("ERROR" if err else ("native" if c and c.native else "emulated")
+                    + (" FALLBACK" if res.fallback else ""))
+            act = res.contract.activation
+            rows.append([s.name, res.kernel or "-", mode, str(res.contract.weight),
+                         "none" if act is None else str(act)])
+        print(f"platform: {plat} ({how})\n")
+        print(table(rows))
+        for s, _, err in results:
+            if err:
+                print(f"\n{s.location}: error: {err}")
+    else:
+        s, res, err = results[0]
+        _print_resolution(res, s, how, err)
+    return 1 if failed else 0
+
+
+register(Command("resolve", "pick the kernel for a scheme on a platform, with every reason",
+                 _resolve_args, _run_resolve))
+
+
+# --- matrix -------------------------------------------------------------------------------------
+
+def _matrix_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--platform", metavar="P", help="platform (default: this machine)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def matrix_cells(catalog: Catalog, plat: Platform) -> list[dict[str, Any]]:
+    """One cell per (scheme, kernel): accepted or the reason, chosen, verified on hardware."""
+    from kernels.declarations import KERNELS, candidates_for
+
+    cells = []
+    listed = {d.name for d in candidates_for(plat)}
+    for s in sorted(catalog.schemes.values(), key=lambda s: s.name):
+        try:
+            chosen = resolve(s, plat).kernel
+        except ResolutionError:
+            chosen = None
+        for decl in KERNELS:
+            ok, why = accepts(decl, s.contract)
+            if ok and not decl.runs_on(plat):
+                ok, why = False, f"does not run on {plat}"
+            elif ok and decl.name not in listed:
+                ok, why = False, f"not a candidate on {plat}"
+            cells.append({
+                "scheme": s.name, "kernel": decl.name, "accepted": ok, "reason": why,
+                "chosen": decl.name == chosen, "native": decl.is_native_on(plat),
+                "verified_on_hardware": ok and decl.is_verified_on(plat),
+            })
+    return cells
+
+
+def _run_matrix(args: argparse.Namespace) -> int:
+    from kernels.declarations import KERNELS
+
+    catalog = _catalog(args)
+    plat, how = _platform(args)
+    cells = matrix_cells(catalog, plat)
+    if args.json:
+        print_json({"platform": str(plat), "cells": cells})
+        return 0
+    names = [d.name for d in KERNELS]
+    rows = [["scheme"] + names]
+    by = {(c["scheme"], c["kernel"]): c for c in cells}
+    for s in sorted(catalog.schemes):
+        row = [s]
+        for n in names:
+            c = by[(s, n)]
+            if not c["accepted"]:
+                row.append("-")
+                continue
+            mark = ("native" if c["native"] else "emul") + ("" if c["verified_on_hardware"] else "*")
+            row.append(("[" + mark + "]") if c["chosen"] else mark)
+        rows.append(row)
+    print(f"platform: {plat} ({how})\n")
+    print(table(rows))
+    print("\n[...] the kernel resolve picks; native / emul: runs on MX hardware or emulates; "
+          "* not verified on hardware; - rejected (`registry matrix --json` or "
+          "`registry resolve NAME` says why)")
+    return 0
+
+
+register(Command("matrix", "schemes x kernels on a platform: accepted, chosen, verified",
+                 _matrix_args, _run_matrix))

@@ -1,0 +1,204 @@
+"""Resolution: for a contract and a platform, the kernel that implements it, and why not the others.
+
+Each candidate of the platform's ordered list (kernels.declarations.PRIORITY) goes through the
+same steps, each giving (ok, reason): disabled? -> runs on this platform? -> accepts this
+contract (declared data)? -> fits the layer's shape / dtype (when a shape is given)? The first
+full match wins. `fallback` is true when an emulated kernel won where a kernel native on this
+platform was listed first; `strict` turns that into an error. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Iterable, Optional, Union
+
+from registry.contract import QuantKey, Scheme, SchemeContract
+from registry.platform import Platform, platform_of
+
+ENV_DISABLED = "REGISTRY_DISABLED_KERNELS"
+ENV_STRICT = "REGISTRY_STRICT"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kernel: str
+    accepted: bool
+    reason: str
+    native: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    scheme: Optional[str]
+    platform: str
+    contract: SchemeContract
+    kernel: Optional[str]
+    fallback: bool
+    forced: bool
+    candidates: tuple[Candidate, ...]
+    disabled: tuple[str, ...] = ()
+
+    @property
+    def chosen(self) -> Optional[Candidate]:
+        return next((c for c in self.candidates if c.kernel == self.kernel), None)
+
+    def to_dict(self) -> dict:
+        act = self.contract.activation
+        return {
+            "scheme": self.scheme,
+            "platform": self.platform,
+            "weight": str(self.contract.weight),
+            "activation": None if act is None else str(act),
+            "kernel": self.kernel,
+            "native": bool(self.chosen and self.chosen.native),
+            "fallback": self.fallback,
+            "forced": self.forced,
+            "disabled": list(self.disabled),
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+
+class ResolutionError(Exception):
+    """Nothing can implement the contract (or strict mode refused a fallback)."""
+
+    def __init__(self, message: str, resolution: Resolution):
+        super().__init__(message)
+        self.resolution = resolution
+
+
+def describe_keys(keys: Iterable[Optional[QuantKey]]) -> str:
+    """A compact list of key families: 'mxfp4|mxfp8_e4m3 (e8m0/b32, dynamic), none'."""
+    groups: dict[tuple, set[str]] = {}
+    has_none = False
+    for k in keys:
+        if k is None:
+            has_none = True
+            continue
+        s = k.scale
+        where = f"b{s.block}" if s.granularity == "block" else s.granularity
+        groups.setdefault((s.format, where, s.static), set()).add(k.format)
+    parts = [f"{'|'.join(sorted(fmts))} ({sf}/{where}, {'static' if st else 'dynamic'})"
+             for (sf, where, st), fmts in sorted(groups.items())]
+    if has_none:
+        parts.append("none (weight-only)")
+    return ", ".join(parts)
+
+
+def accepts(decl, contract: SchemeContract) -> tuple[bool, str]:
+    """Whether a kernel's declared families hold this contract, with the reason."""
+    w, a = contract.weight, contract.activation
+    with_weight = [f for f in decl.accepts if w in f.weights]
+    if not with_weight:
+        every = set().union(*(f.weights for f in decl.accepts))
+        return False, f"weight {w} not implemented (takes {describe_keys(every)})"
+    for fam in with_weight:
+        if a in fam.activations:
+            return True, f"implements {fam.note}"
+    takes = set().union(*(f.activations for f in with_weight))
+    if a is None:
+        return False, ("weight-only contract (activation none) not implemented: this kernel "
+                       f"quantizes activations ({describe_keys(takes)})")
+    if a.is_mx and a.static:
+        return False, f"static MX activation key {a} rejected: MX activation scales are dynamic"
+    if None in takes and len(takes) == 1:
+        return False, (f"activation {a} rejected: this kernel is weight-only and would run the "
+                       "layer unquantized")
+    return False, f"activation {a} not implemented (takes {describe_keys(takes)})"
+
+
+def _env_disabled() -> tuple[str, ...]:
+    raw = os.environ.get(ENV_DISABLED, "")
+    return tuple(s.strip() for s in raw.split(",") if s.strip())
+
+
+def _env_strict() -> bool:
+    return os.environ.get(ENV_STRICT, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve(
+    scheme_or_contract: Union[Scheme, SchemeContract],
+    platform: Union[str, Platform, None] = None,
+    *,
+    strict: bool = False,
+    disabled: Iterable[str] = (),
+    force: Optional[str] = None,
+    shape: Optional[tuple[int, int]] = None,
+    act_dtype: Optional[str] = None,
+) -> Resolution:
+    """Pick the kernel for a scheme (or bare contract) on a platform (None: this machine).
+
+    `shape` = (out_features, in_features) checks the kernels' declared limits too. Raises
+    ResolutionError listing every candidate's reason when none fits, or in strict mode
+    (`strict=True` or REGISTRY_STRICT=1) when the choice is a fallback or was forced.
+    """
+    from kernels.declarations import KERNELS_BY_NAME, candidates_for
+
+    if isinstance(scheme_or_contract, Scheme):
+        name, contract = scheme_or_contract.name, scheme_or_contract.contract
+    elif isinstance(scheme_or_contract, SchemeContract):
+        name, contract = None, scheme_or_contract
+    else:
+        raise TypeError(f"resolve() takes a Scheme or a SchemeContract, got "
+                        f"{type(scheme_or_contract).__name__}")
+    plat = platform_of(platform)
+    strict = strict or _env_strict()
+    off = tuple(dict.fromkeys(list(disabled) + list(_env_disabled())))
+    for k in off + ((force,) if force else ()):
+        if k not in KERNELS_BY_NAME:
+            raise ValueError(f"unknown kernel {k!r}; known kernels: {', '.join(KERNELS_BY_NAME)}")
+
+    order = candidates_for(plat)
+    if force:
+        order = (KERNELS_BY_NAME[force],)
+    results: list[Candidate] = []
+    chosen: Optional[str] = None
+    native_listed_before = False
+    fallback = False
+    for decl in order:
+        native = decl.is_native_on(plat)
+        ok, why = _steps(decl, plat, contract, off, shape, act_dtype)
+        if ok and chosen is None:
+            chosen = decl.name
+            fallback = native_listed_before and not native
+            results.append(Candidate(decl.name, True, why, native))
+            continue
+        if chosen is not None:
+            why = f"not needed: {chosen} was chosen first" if ok else why
+        results.append(Candidate(decl.name, False, why, native))
+        if chosen is None and native:
+            native_listed_before = True
+
+    res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), tuple(results), off)
+    label = name or str(contract)
+    if chosen is None:
+        lines = "; ".join(f"{c.kernel}: {c.reason}" for c in results) or "no candidates"
+        raise ResolutionError(f"no kernel implements {label} on {plat}: {lines}", res)
+    if strict and fallback:
+        raise ResolutionError(
+            f"strict mode: {label} on {plat} would fall back to {chosen} (emulated) because "
+            + "; ".join(f"{c.kernel}: {c.reason}" for c in results if c.native and not c.accepted)
+            + f" (unset {ENV_STRICT} / drop --strict to allow the fallback)", res)
+    if strict and force:
+        raise ResolutionError(f"strict mode: kernel {force} was forced for {label}; drop --force",
+                              res)
+    return res
+
+
+def _steps(decl, plat: Platform, contract: SchemeContract, off: tuple[str, ...],
+           shape: Optional[tuple[int, int]], act_dtype: Optional[str]) -> tuple[bool, str]:
+    if decl.name in off:
+        return False, f"disabled (--disable / {ENV_DISABLED})"
+    if not decl.runs_on(plat):
+        return False, f"does not run on {plat} (runs on {', '.join(decl.platforms)})"
+    ok, why = accepts(decl, contract)
+    if not ok:
+        return False, why
+    if shape is not None:
+        ok, lim = decl.check_limits(shape[1], shape[0], act_dtype)
+        if not ok:
+            return False, lim
+    mode = "native" if decl.is_native_on(plat) else "emulated"
+    return True, f"{why} ({mode} on {plat})"

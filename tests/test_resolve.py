@@ -1,0 +1,177 @@
+"""Resolution: the acceptance matrix as data, and the three bugs the registry exists to prevent.
+
+(a) an activation key the dispatcher does not know (mxfp6 QDQ silently skipped),
+(b) a W4A4 scheme executed by a weight-only kernel (W4A16 without a word),
+(c) a static MX activation key accepted.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+import kernels.declarations as decls
+from registry import load_schemes
+from registry.contract import QuantKey, ScaleDesc, SchemeContract
+from registry.platform import Platform
+from registry.resolve import ResolutionError, accepts, resolve
+
+CATALOG = load_schemes()
+ALL = sorted(CATALOG.schemes)
+EMU = ("triton-emulation", "reference-emulation")
+
+# Which kernels implement which shipped scheme's contract (platform aside), written out by hand.
+ACCEPTS = {
+    "w_mxfp4": {"triton-dot-scaled", "dequant-weight-only", *EMU},
+    "w_mxfp4_a_mxfp4": {"scaled-mm-mx", "triton-dot-scaled", *EMU},
+    "w_mxfp4_a_mxfp6_e3m2": set(EMU),
+    "w_mxfp4_a_mxfp6_e2m3": set(EMU),
+    "w_mxfp4_a_fp8": set(EMU),
+    "w_mxfp6_e3m2": {"dequant-weight-only", *EMU},
+    "w_mxfp6_e3m2_a_mxfp6_e3m2": set(EMU),
+    "w_mxfp6_e3m2_a_fp8": set(EMU),
+    "w_mxfp6_e2m3": {"dequant-weight-only", *EMU},
+    "w_mxfp6_e2m3_a_mxfp6_e2m3": set(EMU),
+    "w_mxfp6_e2m3_a_fp8": set(EMU),
+    "w_mxfp8_e4m3": {"triton-dot-scaled", "dequant-weight-only", *EMU},
+    "w_mxfp8_e4m3_a_mxfp8_e4m3": {"scaled-mm-mx", "triton-dot-scaled", *EMU},
+    "w_mxint8_a_mxint8": set(EMU),
+}
+
+# (scheme, platform) -> (chosen kernel, fallback), written out by hand.
+W_ONLY = {"w_mxfp4", "w_mxfp6_e3m2", "w_mxfp6_e2m3", "w_mxfp8_e4m3"}
+DOT = {"w_mxfp4", "w_mxfp4_a_mxfp4", "w_mxfp8_e4m3", "w_mxfp8_e4m3_a_mxfp8_e4m3"}
+NATIVE_MM = {"w_mxfp4_a_mxfp4", "w_mxfp8_e4m3_a_mxfp8_e4m3"}
+
+
+def expected(scheme: str, platform: str) -> tuple[str, bool]:
+    if platform in ("cpu", "xpu"):
+        return ("dequant-weight-only" if scheme in W_ONLY else "reference-emulation"), False
+    if platform == "cuda:sm100":
+        if scheme in NATIVE_MM:
+            return "scaled-mm-mx", False
+        if scheme in DOT:
+            return "triton-dot-scaled", False  # native on sm100: no fallback
+        return "triton-emulation", True  # a native kernel was listed first and refused it
+    return ("triton-dot-scaled" if scheme in DOT else "triton-emulation"), False
+
+
+def test_shipped_schemes_are_the_table():
+    assert set(ACCEPTS) == set(ALL)
+
+
+@pytest.mark.parametrize("scheme,kernel", list(itertools.product(ALL, decls.KERNELS_BY_NAME)))
+def test_acceptance_matrix(scheme, kernel):
+    ok, why = accepts(decls.KERNELS_BY_NAME[kernel], CATALOG.schemes[scheme].contract)
+    assert ok == (kernel in ACCEPTS[scheme]), why
+    assert why
+
+
+@pytest.mark.parametrize("scheme,platform",
+                         list(itertools.product(ALL, ["cpu", "cuda:sm90", "cuda:sm100", "xpu"])))
+def test_resolution_table(scheme, platform):
+    res = resolve(CATALOG.schemes[scheme], platform)
+    assert (res.kernel, res.fallback) == expected(scheme, platform)
+    names = [c.kernel for c in res.candidates]
+    plat = Platform.parse(platform)
+    assert names == [d.name for d in decls.candidates_for(plat)]
+    assert sum(c.accepted for c in res.candidates) == 1
+    for c in res.candidates:
+        assert c.reason  # every candidate says why
+
+
+def test_resolution_json_shape():
+    res = resolve(CATALOG.get("mxfp4"), "cuda:sm90").to_dict()
+    assert {"scheme", "platform", "weight", "activation", "kernel", "fallback",
+            "candidates"} <= set(res)
+    assert res["activation"] == "mxfp4:e8m0/b32:even:dynamic"
+    assert all(set(c) >= {"kernel", "accepted", "reason"} for c in res["candidates"])
+    json.dumps(res)
+
+
+def test_strict_turns_fallback_into_error(monkeypatch):
+    scheme = CATALOG.schemes["w_mxfp6_e3m2_a_mxfp6_e3m2"]
+    with pytest.raises(ResolutionError, match="strict mode.*scaled-mm-mx"):
+        resolve(scheme, "cuda:sm100", strict=True)
+    monkeypatch.setenv("REGISTRY_STRICT", "1")
+    with pytest.raises(ResolutionError, match="strict mode"):
+        resolve(scheme, "cuda:sm100")
+    assert resolve(scheme, "cuda:sm90").kernel == "triton-emulation"  # not a fallback there
+
+
+def test_disable_and_force(monkeypatch):
+    s = CATALOG.schemes["w_mxfp4_a_mxfp4"]
+    res = resolve(s, "cuda:sm90", disabled=["triton-dot-scaled"])
+    assert res.kernel == "triton-emulation"
+    assert "disabled" in res.candidates[0].reason
+    monkeypatch.setenv("REGISTRY_DISABLED_KERNELS", "triton-dot-scaled, triton-emulation")
+    assert resolve(s, "cuda:sm90").kernel == "reference-emulation"
+    monkeypatch.delenv("REGISTRY_DISABLED_KERNELS")
+    res = resolve(s, "cuda:sm90", force="reference-emulation")
+    assert res.kernel == "reference-emulation" and res.forced
+    with pytest.raises(ResolutionError, match="forced"):
+        resolve(s, "cuda:sm90", force="reference-emulation", strict=True)
+    with pytest.raises(ValueError, match="unknown kernel 'nope'; known kernels"):
+        resolve(s, "cuda:sm90", disabled=["nope"])
+
+
+def test_shape_limits():
+    s = CATALOG.schemes["w_mxfp4_a_mxfp4"]
+    res = resolve(s, "cuda:sm100", shape=(4096, 4160))  # K % 128 != 0
+    assert res.kernel == "triton-dot-scaled"
+    assert "not a multiple of 128" in res.candidates[0].reason
+
+
+# --- (a) an activation key the dispatcher does not know ----------------------------------------
+
+UNKNOWN_ACT = QuantKey(format="fp8_e4m3",
+                       scale=ScaleDesc(format="fp32", granularity="token", static=False))
+
+
+def test_unknown_activation_key_resolves_nowhere():
+    contract = SchemeContract(weight=CATALOG.schemes["w_mxfp4"].weight, activation=UNKNOWN_ACT)
+    for platform in ("cpu", "cuda:sm90", "cuda:sm100", "rocm:gfx950"):
+        with pytest.raises(ResolutionError) as e:
+            resolve(contract, platform)
+        assert "fp8_e4m3:fp32/token:dynamic not implemented" in str(e.value)
+
+
+# --- (b) a W4A4 contract never reaches a weight-only kernel ------------------------------------
+
+@pytest.mark.parametrize("scheme", sorted(s for s in ALL if CATALOG.schemes[s].activation))
+def test_quantized_activations_never_resolve_weight_only(scheme, monkeypatch):
+    s = CATALOG.schemes[scheme]
+    with pytest.raises(ResolutionError, match="weight-only"):
+        resolve(s, "cpu", force="dequant-weight-only")
+    # whatever the priority order, the weight-only kernel is never chosen
+    names = ["dequant-weight-only", "reference-emulation", "triton-emulation"]
+    for perm in itertools.permutations(names):
+        monkeypatch.setattr(decls, "PRIORITY", (("*", perm),))
+        assert resolve(s, "cuda:sm90").kernel != "dequant-weight-only"
+
+
+def test_weight_only_contract_rejected_by_true_w4a4_kernel():
+    ok, why = accepts(decls.KERNELS_BY_NAME["scaled-mm-mx"], CATALOG.schemes["w_mxfp4"].contract)
+    assert not ok and "weight-only contract (activation none) not implemented" in why
+
+
+# --- (c) static MX activation keys are refused everywhere ---------------------------------------
+
+def test_static_mx_activation_rejected():
+    static_key = QuantKey.mx("mxfp4", rounding="even", static=True)
+    with pytest.raises(ValueError, match="static MX activation scales are not supported"):
+        SchemeContract(weight=static_key, activation=static_key)
+    for decl in decls.KERNELS:
+        for fam in decl.accepts:
+            assert not any(a is not None and a.is_mx and a.static for a in fam.activations)
+
+
+def test_declarations_are_torch_free():
+    import subprocess
+    import sys
+
+    code = ("import sys, kernels.declarations, registry.resolve;"
+            "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','triton')];"
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
