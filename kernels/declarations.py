@@ -26,6 +26,10 @@ class Family:
     weights: frozenset[QuantKey]
     activations: frozenset  # of QuantKey | None (None: weight-only)
     note: str  # one line, shown in reasons: what this family is
+    platforms: tuple[str, ...] = ("*",)  # narrower than the kernel's own, where a family needs it
+
+    def runs_on(self, platform: Platform) -> bool:
+        return any(platform.matches(r) for r in self.platforms)
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ class KernelDecl:
     verified_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for req in self.platforms + self.native_on + self.verified_on:
+        fam_platforms = tuple(r for f in self.accepts for r in f.platforms)
+        for req in self.platforms + self.native_on + self.verified_on + fam_platforms:
             check_requirement(req)
 
     def check_limits(self, in_features: int, out_features: int,
@@ -92,8 +97,10 @@ KERNELS: tuple[KernelDecl, ...] = (
         accepts=(
             Family(mx_keys(["mxfp8_e4m3"], static=True),
                    mx_keys(["mxfp8_e4m3"], static=False), "W8A8 mxfp8_e4m3 x mxfp8_e4m3"),
+            # PyTorch runs MXFP4 _scaled_mm on B200/B300 (sm_100/sm_103) only, not on sm_120
             Family(mx_keys(["mxfp4"], static=True),
-                   mx_keys(["mxfp4"], static=False), "W4A4 mxfp4 x mxfp4"),
+                   mx_keys(["mxfp4"], static=False), "W4A4 mxfp4 x mxfp4",
+                   platforms=("cuda:sm100", "cuda:sm103")),
         ),
         limits=Limits(k_multiple=128, n_multiple=16, act_dtypes=("bfloat16",)),
     ),

@@ -154,7 +154,7 @@ def matrix_cells(catalog: Catalog, plat: Platform) -> list[dict[str, Any]]:
         except ResolutionError:
             chosen = None
         for decl in KERNELS:
-            ok, why = accepts(decl, s.contract)
+            ok, why = accepts(decl, s.contract, plat)
             if ok and not decl.runs_on(plat):
                 ok, why = False, f"does not run on {plat}"
             elif ok and decl.name not in listed:

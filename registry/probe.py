@@ -127,7 +127,7 @@ def run_probe(catalog: Catalog, platform: Platform | None = None,
         for s in sorted(catalog.schemes.values(), key=lambda s: s.name):
             for n in names:
                 decl = KERNELS_BY_NAME[n]
-                if accepts(decl, s.contract)[0]:
+                if accepts(decl, s.contract, plat)[0]:
                     results.append(probe_pair(s, n, plat, device, seed=len(results)))
     return results
 

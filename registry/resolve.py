@@ -87,10 +87,17 @@ def describe_keys(keys: Iterable[Optional[QuantKey]]) -> str:
     return ", ".join(parts)
 
 
-def accepts(decl, contract: SchemeContract) -> tuple[bool, str]:
-    """Whether a kernel's declared families hold this contract, with the reason."""
+def accepts(decl, contract: SchemeContract,
+            platform: Optional[Platform] = None) -> tuple[bool, str]:
+    """Whether a kernel's declared families hold this contract (on `platform`, when given)."""
     w, a = contract.weight, contract.activation
     with_weight = [f for f in decl.accepts if w in f.weights]
+    if platform is not None and with_weight:
+        here = [f for f in with_weight if f.runs_on(platform)]
+        if not here:
+            where = ", ".join(r for f in with_weight for r in f.platforms)
+            return False, f"weight {w}: this kernel implements it only on {where}, not {platform}"
+        with_weight = here
     if not with_weight:
         every = set().union(*(f.weights for f in decl.accepts))
         return False, f"weight {w} not implemented (takes {describe_keys(every)})"
@@ -193,7 +200,7 @@ def _steps(decl, plat: Platform, contract: SchemeContract, off: tuple[str, ...],
         return False, f"disabled (--disable / {ENV_DISABLED})"
     if not decl.runs_on(plat):
         return False, f"does not run on {plat} (runs on {', '.join(decl.platforms)})"
-    ok, why = accepts(decl, contract)
+    ok, why = accepts(decl, contract, plat)
     if not ok:
         return False, why
     if shape is not None:

@@ -9,3 +9,6 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+#: Where tests put tensors for Triton kernels: the GPU when there is one, else the CPU (interpreter).
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import kernels.mx as api
+from conftest import DEVICE
 from kernels import MXTensor, mx_dequantize, mx_qdq, mx_quantize
 from kernels.formats import FORMATS, LAYOUTS, ROUNDINGS
 from kernels.reference import mx as reference_backend
@@ -208,7 +209,7 @@ def test_importing_kernels_does_not_import_triton() -> None:
 @pytest.mark.parametrize("fmt,layout", FMT_LAYOUTS)
 def test_triton_matches_reference(fmt: str, layout: str, rounding: str) -> None:
     """Through the public API on small shapes (the CPU interpreter is slow)."""
-    x = mixed_input((4, 64), torch.float32, seed=len(fmt) + 10 * len(rounding))
+    x = mixed_input((4, 64), torch.float32, seed=len(fmt) + 10 * len(rounding)).to(DEVICE)
     ref = mx_quantize(x, fmt, rounding=rounding, backend="reference", layout=layout)
     tri = mx_quantize(x, fmt, rounding=rounding, backend="triton", layout=layout)
     assert torch.equal(tri.scales, ref.scales), (tri.scales, ref.scales)

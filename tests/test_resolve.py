@@ -175,3 +175,13 @@ def test_declarations_are_torch_free():
             "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','triton')];"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_family_platforms_narrow_a_kernel():
+    """MXFP4 _scaled_mm runs on sm_100/sm_103 only: on sm_120 W4A4 goes to dot_scaled."""
+    w4a4 = CATALOG.schemes["w_mxfp4_a_mxfp4"]
+    res = resolve(w4a4, "cuda:sm120")
+    assert res.kernel == "triton-dot-scaled"
+    assert "only on cuda:sm100, cuda:sm103, not cuda:sm120" in res.candidates[0].reason
+    assert resolve(CATALOG.schemes["w_mxfp8_e4m3_a_mxfp8_e4m3"], "cuda:sm120").kernel == \
+        "scaled-mm-mx"

@@ -10,11 +10,13 @@ Bit-exactness rules kept by every helper (the same on the CPU interpreter and a 
 - float arithmetic is used only where it is exact (multiplying by a power of two; the
   "add a power-of-two magic number" rounding, which is IEEE round-to-nearest-even) — Triton's
   NVIDIA backend keeps fp32 subnormals for plain mul / add (ftz applies only to libdevice);
-- no float conversions the interpreter gets wrong (bf16 is converted with integer arithmetic).
+- no float conversion the interpreter gets wrong: bf16 inputs are widened from their bits, and
+  fp32 -> bf16 is integer RNE there (HW_CAST=False) or the GPU's RNE convert (HW_CAST=True).
 """
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 import triton
 import triton.language as tl
@@ -32,12 +34,19 @@ def _f32_bits(value: float) -> int:
 
 
 def format_constexprs(fmt: ElemFormat) -> dict[str, object]:
-    """The tl.constexpr keyword arguments that describe `fmt` to the helpers below."""
+    """The tl.constexpr keyword arguments that describe `fmt` to the helpers below (a fresh
+    dict the caller may extend)."""
+    return dict(_format_facts(fmt))
+
+
+@lru_cache(maxsize=None)
+def _format_facts(fmt: ElemFormat) -> tuple[tuple[str, object], ...]:
     maxn_bits = _f32_bits(fmt.max_normal)
-    # rceil for an fp32-subnormal amax: E = -127 unless amax > max_normal * 2**-127 (then -126).
-    sub_threshold = fmt.max_normal * 2.0**149 * 2.0**-127  # max_normal * 2**-127 in 2**-149 units
+    # rceil for an fp32-subnormal amax: E = -127 unless amax > max_normal * 2**-127 (then -126);
+    # max_normal * 2**-127 in units of 2**-149 (unreachable when it is not an fp32 subnormal).
+    sub_threshold = fmt.max_normal * 2.0**22
     maxn_sub = int(sub_threshold) if sub_threshold < 2**23 else 0x7FFFFFFF
-    return dict(
+    return tuple(dict(
         MBITS=fmt.mbits,
         BIAS=fmt.bias,
         EMAX=fmt.emax,
@@ -47,7 +56,7 @@ def format_constexprs(fmt: ElemFormat) -> dict[str, object]:
         BITS=fmt.bits,
         IS_INT=bool(fmt.is_int),
         SPECIALS=SPECIALS_CODE[fmt.specials],
-    )
+    ).items())
 
 
 @triton.jit
@@ -84,33 +93,36 @@ def _shared_exponent(amax_bits, EMAX: tl.constexpr, MBITS: tl.constexpr,
 
 
 @triton.jit
-def _fp_magic(av, MBITS: tl.constexpr, BIAS: tl.constexpr):
-    """The power of two whose fp32 ulp is the element quantum of `av` (>= 0, <= max normal):
-    av + magic rounds av to the element grid, ties to even (the subnormal quantum below the
-    element's smallest normal)."""
+def _fp_round(av, MBITS: tl.constexpr, BIAS: tl.constexpr):
+    """av (fp32, 0 <= av <= max normal) rounded to the element grid, ties to even: adding
+    magic = 2**(e + 23 - MBITS), e = max(floor(log2 av), emin), whose ulp is the element quantum
+    of av (the subnormal quantum below 2**emin), rounds in the fp32 adder; subtracting is exact."""
     emin_bits: tl.constexpr = (128 - BIAS) << 23  # 2**emin, emin = 1 - bias
-    exp_bits = tl.maximum(av.to(tl.int32, bitcast=True) & 0x7F800000, emin_bits)
-    return (exp_bits + ((23 - MBITS) << 23)).to(tl.float32, bitcast=True)
+    exp = tl.maximum(av.to(tl.int32, bitcast=True) & 0x7F800000, emin_bits)
+    magic = exp.to(tl.float32, bitcast=True) * (2.0 ** (23 - MBITS))
+    return (av + magic) - magic
 
 
 @triton.jit
 def _encode(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
-            BITS: tl.constexpr, IS_INT: tl.constexpr):
+            BITS: tl.constexpr, IS_INT: tl.constexpr, SATURATE: tl.constexpr = True):
     """Element codes (int32 in [0, 2**BITS)) of v = x * 2**-E (fp32): round to nearest even,
     saturate at +-max normal, keep subnormals; the sign of v (also of -0.0) is kept.
-    mxint8: two's complement byte of clamp(rne(v * 64), -127, 127)."""
+    mxint8: two's complement byte of clamp(rne(v * 64), -127, 127).
+    SATURATE=False skips the clamp where |v| <= max normal is known (rceil scales)."""
     if IS_INT:
         w = tl.minimum(tl.maximum(v * 64.0, -127.0), 127.0)
         # 1.5 * 2**23 has ulp 1: the sum's low bits are rne(w) in two's complement.
         code = ((w + 12582912.0).to(tl.int32, bitcast=True) - 0x4B400000) & 0xFF
     else:
-        av = tl.minimum(tl.abs(v), MAX_NORMAL)
-        magic = _fp_magic(av, MBITS, BIAS)
-        magic_bits = magic.to(tl.int32, bitcast=True)
-        steps = (av + magic).to(tl.int32, bitcast=True) - magic_bits  # quanta above 0 (or 2**e)
-        # exponent field offset: (e - emin) << MBITS, read from magic's exponent
-        base: tl.constexpr = (127 + 23 - MBITS + 1 - BIAS) << MBITS
-        code = steps + ((magic_bits >> 23) << MBITS) - base
+        if SATURATE:
+            av = tl.minimum(tl.abs(v), MAX_NORMAL)
+        else:
+            av = tl.abs(v)
+        mag = _fp_round(av, MBITS, BIAS)
+        # mag * 2**(bias - 127) puts the element's exponent / mantissa fields in the fp32 fields
+        # (an element subnormal becomes an fp32 subnormal, exactly): its bits are the code.
+        code = (mag * (2.0 ** (BIAS - 127))).to(tl.int32, bitcast=True) >> (23 - MBITS)
         sign = (v.to(tl.int32, bitcast=True) >> (32 - BITS)) & (1 << (BITS - 1))
         code = code | sign
     return code
@@ -118,15 +130,17 @@ def _encode(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr
 
 @triton.jit
 def _round_value(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
-                 IS_INT: tl.constexpr):
+                 IS_INT: tl.constexpr, SATURATE: tl.constexpr = True):
     """The value of _encode(v)'s code (fp32, sign kept): QDQ without materialising codes."""
     if IS_INT:
         w = tl.minimum(tl.maximum(v * 64.0, -127.0), 127.0)
         r = ((w + 12582912.0) - 12582912.0) * 0.015625
     else:
-        av = tl.minimum(tl.abs(v), MAX_NORMAL)
-        magic = _fp_magic(av, MBITS, BIAS)
-        mag = (av + magic) - magic
+        if SATURATE:
+            av = tl.minimum(tl.abs(v), MAX_NORMAL)
+        else:
+            av = tl.abs(v)
+        mag = _fp_round(av, MBITS, BIAS)
         sign = (v.to(tl.int32, bitcast=True) >> 31) << 31
         r = (mag.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
     return r
@@ -141,25 +155,29 @@ def _decode(codes, MBITS: tl.constexpr, BIAS: tl.constexpr, BITS: tl.constexpr,
         signed = ((codes & 0xFF) ^ 0x80) - 0x80
         val = ((signed + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0) * 0.015625
     else:
-        mag = codes & ((1 << (BITS - 1)) - 1)
-        sign = (codes & (1 << (BITS - 1))) << (32 - BITS)
-        # The code's exponent/mantissa fields placed into fp32 bits read as 2**(127 - bias)
-        # too small (an element subnormal lands on an fp32 subnormal): one exact multiply.
-        bits = sign | (mag << (23 - MBITS))
+        EBITS: tl.constexpr = BITS - 1 - MBITS
+        # code moved to the top (bits above the code width fall off), then an arithmetic shift
+        # lines its exponent / mantissa fields up with fp32's and smears the sign, which the
+        # mask clears again below bit 31. The fields read as 2**(127 - bias) too small (an
+        # element subnormal lands on an fp32 subnormal): one exact multiply rescales.
+        keep: tl.constexpr = (1 << (23 + EBITS)) - 1 - 2**31  # bit 31 + the fields, as int32
+        bits = ((codes << (32 - BITS)) >> (8 - EBITS)) & keep
         val = bits.to(tl.float32, bitcast=True) * (2.0 ** (127 - BIAS))
-        if SPECIALS == 1:
-            pass
-        if SPECIALS == 2:
-            top: tl.constexpr = ((1 << (BITS - 1 - MBITS)) - 1) << MBITS  # exponent all ones
-            inf = (sign | 0x7F800000).to(tl.float32, bitcast=True)
-            val = tl.where(mag >= top, tl.where(mag == top, inf, _nan_like(codes)), val)
+        if SPECIALS == 1:  # E4M3: S.1111.111 is NaN
+            all_ones: tl.constexpr = (1 << (BITS - 1)) - 1
+            val = tl.where((codes & all_ones) == all_ones, _nan_like(codes), val)
+        if SPECIALS == 2:  # E5M2: exponent 31 is Inf (mantissa 0) or NaN; fp32's likewise
+            top: tl.constexpr = ((1 << EBITS) - 1) << MBITS
+            special = (bits | 0x7F800000).to(tl.float32, bitcast=True)
+            val = tl.where((codes & top) == top, special, val)
     return val
 
 
 @triton.jit
 def _fp32_to_bf16_bits(f):
     """int16 bits of bf16(f), round to nearest even (integer arithmetic: the interpreter's
-    float cast truncates). NaN payloads are not kept; the kernels only produce 0x7FC00000."""
+    float cast truncates). A NaN stays NaN when a payload bit sits in its top 7 mantissa bits,
+    as in every NaN these kernels make (quiet NaNs, E5M2 NaN codes)."""
     b = f.to(tl.int32, bitcast=True)
     return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).to(tl.int16)
 
@@ -170,18 +188,24 @@ def _load_fp32(ptrs, mask, IN_KIND: tl.constexpr):
     if IN_KIND == 0:
         x = tl.load(ptrs, mask=mask, other=0).to(tl.float32, bitcast=True)
     elif IN_KIND == 1:
-        x = (tl.load(ptrs, mask=mask, other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        h = tl.load(ptrs, mask=mask, other=0).to(tl.int32) & 0xFFFF  # zero-extended bits
+        x = (h << 16).to(tl.float32, bitcast=True)
     else:
         x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
     return x
 
 
 @triton.jit
-def _store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr):
-    """Store fp32 `f` as the output dtype (RNE): fp32 / bf16 outputs are int32 / int16 views."""
+def _store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr, HW_CAST: tl.constexpr = False):
+    """Store fp32 `f` as the output dtype (RNE): fp32 / bf16 outputs are int32 / int16 views.
+    HW_CAST: bf16 by the hardware's RNE convert (GPU), else by integer arithmetic (the CPU
+    interpreter's cast truncates)."""
     if OUT_KIND == 0:
         tl.store(ptrs, f.to(tl.int32, bitcast=True), mask=mask)
     elif OUT_KIND == 1:
-        tl.store(ptrs, _fp32_to_bf16_bits(f), mask=mask)
+        if HW_CAST:
+            tl.store(ptrs, f.to(tl.bfloat16).to(tl.int16, bitcast=True), mask=mask)
+        else:
+            tl.store(ptrs, _fp32_to_bf16_bits(f), mask=mask)
     else:
         tl.store(ptrs, f.to(tl.float16), mask=mask)

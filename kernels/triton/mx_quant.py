@@ -8,8 +8,12 @@ adds (codec helpers in mx_codec.py), then packing per kernels.formats' layouts:
   PACK 0: one code a byte; PACK 1: mxfp4 two codes a byte, element 2i in the low nibble;
   PACK 2: mxfp6 four codes in three bytes, written as three little-endian int32 words per 16
   codes so that the stores stay word-sized.
-On a GPU the tile shape is autotuned per (K, R bucket, format); under TRITON_INTERPRET=1 one
-small fixed tile keeps the CPU tests fast.
+On a GPU one measured tile serves every format (GPU_TILE); under TRITON_INTERPRET=1 one small
+fixed tile keeps the CPU tests fast.
+
+Device helpers reused by the fused linear kernels (keep their signatures): _tile_scaled (load a
+tile, shared exponents, x * 2**-E) and _load_codes (a tile's codes unpacked from any layout);
+the element helpers live in mx_codec.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import triton.language as tl
 from kernels.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.formats import resolve_layout
 from kernels.triton.mx_codec import (
-    KIND_BF16, KIND_FP16, KIND_FP32, ROUNDING_CODE, _decode, _encode, _load_fp32, _pow2,
+    KIND_BF16, KIND_FP16, KIND_FP32, ROUNDING_CODE, _decode, _encode, _load_fp32, _nan_like, _pow2,
     _round_value, _shared_exponent, _store_fp32, format_constexprs,
 )
 
@@ -41,7 +45,9 @@ def _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
     mask = (rows < R)[:, None] & (cols < K)[None, :]
     ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :]
     x = tl.reshape(_load_fp32(ptrs, mask, IN_KIND), [BLOCK_R, NB, 32])
-    amax_bits = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+    # max |x| as bits: the sign shifted out, an unsigned max (NaN bits sort above Inf's)
+    twice = (x.to(tl.int32, bitcast=True) << 1).to(tl.uint32, bitcast=True)
+    amax_bits = (tl.max(twice, axis=2) >> 1).to(tl.int32, bitcast=True)
     bad = amax_bits >= 0x7F800000  # a NaN or an Inf in the block
     e = _shared_exponent(amax_bits, EMAX, MBITS, MAXN_MANT, MAXN_SUB, ROUNDING)
     e = tl.where(bad, 0, e)  # keeps NaN / Inf blocks' (discarded) arithmetic overflow-free
@@ -50,7 +56,7 @@ def _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
 
 
 @triton.jit
-def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, R_BUCKET, stride_x, stride_d, stride_s,
+def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, stride_s,
                      IN_KIND: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
                      EMAX: tl.constexpr, MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr,
                      MAXN_SUB: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
@@ -61,7 +67,7 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, R_BUCKET, stride_x, strid
     NB: tl.constexpr = BLOCK_K // 32
     v, e, bad, rows = _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
                                    IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-    codes = _encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT)
+    codes = _encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
     codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
     row_ok = (rows < R)[:, None]
     d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
@@ -140,11 +146,11 @@ def _load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK:
 
 
 @triton.jit
-def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, R_BUCKET, stride_d, stride_s,
+def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                        stride_o, OUT_KIND: tl.constexpr, MBITS: tl.constexpr,
                        BIAS: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
-                       SPECIALS: tl.constexpr, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
-                       BLOCK_K: tl.constexpr):
+                       SPECIALS: tl.constexpr, PACK: tl.constexpr, HW_CAST: tl.constexpr,
+                       BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     NB: tl.constexpr = BLOCK_K // 32
@@ -155,72 +161,64 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, R_BUCKET, stride_d, s
     sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
                     mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
     val = _decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
-    val = val * _pow2(tl.minimum(sbyte, 254) - 127)[:, :, None]  # 0xFF: NaN below
-    nan = (tl.zeros_like(sbyte) + 0x7FC00000).to(tl.float32, bitcast=True)
-    val = tl.where((sbyte == 255)[:, :, None], nan[:, :, None], val)
+    scale = tl.where(sbyte == 255, _nan_like(sbyte), _pow2(tl.minimum(sbyte, 254) - 127))
+    val = val * scale[:, :, None]  # a NaN scale (byte 0xFF) makes the whole block NaN
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
-                tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND)
+                tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
+                HW_CAST)
 
 
 @triton.jit
-def _qdq_kernel(x_ptr, out_ptr, R, K, R_BUCKET, stride_x, stride_o, IN_KIND: tl.constexpr,
+def _qdq_kernel(x_ptr, out_ptr, R, K, stride_x, stride_o, IN_KIND: tl.constexpr,
                 MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
                 MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
                 BITS: tl.constexpr, IS_INT: tl.constexpr, SPECIALS: tl.constexpr,
-                ROUNDING: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                ROUNDING: tl.constexpr, HW_CAST: tl.constexpr, BLOCK_R: tl.constexpr,
+                BLOCK_K: tl.constexpr):
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     v, e, bad, rows = _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
                                    IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-    val = _round_value(v, MBITS, BIAS, MAX_NORMAL, IS_INT) * _pow2(e)[:, :, None]
-    nan = (tl.zeros_like(e) + 0x7FC00000).to(tl.float32, bitcast=True)
-    val = tl.where(bad[:, :, None], nan[:, :, None], val)
+    val = _round_value(v, MBITS, BIAS, MAX_NORMAL, IS_INT, SATURATE=ROUNDING != 2)
+    val = val * tl.where(bad, _nan_like(e), _pow2(e))[:, :, None]  # NaN / Inf blocks -> NaN
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
                 tl.reshape(val, [BLOCK_R, BLOCK_K]), (rows < R)[:, None] & (cols < K)[None, :],
-                OUT_KIND=IN_KIND)
+                OUT_KIND=IN_KIND, HW_CAST=HW_CAST)
 
 
 # ----------------------------------------------------------------------------- launch set-up
 _INTERPRETED = type(_quantize_kernel).__name__ == "InterpretedFunction"
 # Interpreter: one tile shape (BLOCK_K 64 so the tests cover K < BLOCK_K and K % BLOCK_K != 0).
 INTERPRETER_TILE = {"BLOCK_R": 16, "BLOCK_K": 64}
-# GPU: (BLOCK_R, BLOCK_K, num_warps), tiles of 2K-8K elements; BLOCK_K a multiple of 64 keeps
-# fp4 bytes and fp6 words whole.
-GPU_TILES = ((8, 256, 4), (16, 256, 4), (32, 256, 8), (16, 512, 8), (32, 128, 4), (64, 64, 4))
-_TUNE_KEY = ["R_BUCKET", "K", "MBITS", "BITS", "IS_INT"]
+# GPU: one tile for every format, measured on an H200 (2026-11-29, docs/benchmarks.md): an
+# autotuner over six tiles picked BLOCK_K 256-512 with 16 rows nearly everywhere, within a few
+# percent of this one, while costing six compilations per key and tens of microseconds of host
+# time per call (the launch, not the kernel, bounded small and medium tensors). BLOCK_K a
+# multiple of 64 keeps fp4 bytes and fp6 words whole; tails are masked.
+GPU_TILE = {"BLOCK_R": 16, "BLOCK_K": 256}
+GPU_WARPS = 4
 
 
-def _autotuned(kernel, extra_key: list[str]):
+def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
+    """Run `kernel` over an [r, k] grid of tiles."""
     if _INTERPRETED:
-        return None
-    configs = [triton.Config({"BLOCK_R": br, "BLOCK_K": bk}, num_warps=w) for br, bk, w in GPU_TILES]
-    return triton.autotune(configs=configs, key=_TUNE_KEY + extra_key)(kernel)
-
-
-_quantize_tuned = _autotuned(_quantize_kernel, ["IN_KIND", "PACK", "ROUNDING"])
-_dequantize_tuned = _autotuned(_dequantize_kernel, ["OUT_KIND", "PACK"])
-_qdq_tuned = _autotuned(_qdq_kernel, ["IN_KIND", "ROUNDING"])
-
-
-def _launch(kernel, tuned, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
-    """Run `kernel` over an [r, k] grid of tiles (autotuned on a GPU, fixed when interpreted)."""
-    # R_BUCKET (a capped power of two) keys the autotuner, so a new token count does not
-    # trigger a new tuning run.
-    r_bucket = min(triton.next_power_of_2(max(r, 1)), 16384)
-    if tuned is None:
-        grid = (triton.cdiv(r, INTERPRETER_TILE["BLOCK_R"]), triton.cdiv(k, INTERPRETER_TILE["BLOCK_K"]))
-        kernel[grid](*ptrs, r, k, r_bucket, *strides, **consts, **INTERPRETER_TILE)
+        tile, extra = INTERPRETER_TILE, {}
     else:
-        def grid(meta):
-            return (triton.cdiv(r, meta["BLOCK_R"]), triton.cdiv(k, meta["BLOCK_K"]))
-        tuned[grid](*ptrs, r, k, r_bucket, *strides, **consts)
+        tile, extra = GPU_TILE, {"num_warps": GPU_WARPS}
+    grid = (triton.cdiv(r, tile["BLOCK_R"]), triton.cdiv(k, tile["BLOCK_K"]))
+    kernel[grid](*ptrs, r, k, *strides, **consts, **tile, **extra)
 
 
 # ----------------------------------------------------------------------------- public API
 def _format(fmt: ElemFormat | str) -> ElemFormat:
-    return get_format(fmt) if isinstance(fmt, str) else fmt
+    if isinstance(fmt, str):
+        return get_format(fmt)
+    if not isinstance(fmt, ElemFormat):
+        raise TypeError(f"{_WHERE}: fmt must be a kernels.formats.ElemFormat or a format name, "
+                        f"got {type(fmt).__name__}")
+    return fmt
 
 
 def _check_tensor(t: object, name: str, fn: str) -> torch.Tensor:
@@ -284,7 +282,7 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     if r and k:
         consts = format_constexprs(fmt)
         consts.update(IN_KIND=_KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, PACK=pack)
-        _launch(_quantize_kernel, _quantize_tuned, (_bits_view(x), words, scales), r, k,
+        _launch(_quantize_kernel, (_bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales
 
@@ -315,15 +313,15 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
     if pack == 2:
         try:
             data = data.view(torch.int32)
-        except RuntimeError:  # row stride or offset not word aligned: a dense copy is
+        except RuntimeError:  # row stride or offset not word aligned: read a dense copy
             data = data.clone().view(torch.int32)
     out = torch.empty((r, k), dtype=out_dtype, device=data.device)
     if r and k:
         consts = format_constexprs(fmt)
         for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
             consts.pop(name)
-        consts.update(OUT_KIND=_KIND_OF_DTYPE[out_dtype], PACK=pack)
-        _launch(_dequantize_kernel, _dequantize_tuned, (data, scales, _bits_view(out)), r, k,
+        consts.update(OUT_KIND=_KIND_OF_DTYPE[out_dtype], PACK=pack, HW_CAST=not _INTERPRETED)
+        _launch(_dequantize_kernel, (data, scales, _bits_view(out)), r, k,
                 (data.stride(0), scales.stride(0), out.stride(0)), consts)
     return out
 
@@ -338,7 +336,7 @@ def qdq(x2d: torch.Tensor, fmt: ElemFormat, rounding: str) -> torch.Tensor:
     out = torch.empty((r, k), dtype=x.dtype, device=x.device)
     if r and k:
         consts = format_constexprs(fmt)
-        consts.update(IN_KIND=_KIND_OF_DTYPE[x.dtype], ROUNDING=rnd)
-        _launch(_qdq_kernel, _qdq_tuned, (_bits_view(x), _bits_view(out)), r, k,
+        consts.update(IN_KIND=_KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, HW_CAST=not _INTERPRETED)
+        _launch(_qdq_kernel, (_bits_view(x), _bits_view(out)), r, k,
                 (x.stride(0), out.stride(0)), consts)
     return out
