@@ -40,6 +40,13 @@ DTYPES = (torch.bfloat16, torch.float16)
 REF = ReferenceEmulationLinear()
 KERNEL = load_kernel(lds.NAME)
 ULP = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}  # one ulp, relative to the binade
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: the interpreter (conftest.py)
+
+
+def _randn(*shape: int, gen: torch.Generator | None = None,
+           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Seeded on the CPU, then moved to DEVICE."""
+    return torch.randn(*shape, generator=gen).to(DEVICE, dtype)
 
 
 def _gen(*parts: object) -> torch.Generator:
@@ -51,7 +58,7 @@ def _block_scaled(shape: tuple[int, ...], lo: int, hi: int, gen: torch.Generator
     k = shape[-1]
     x = torch.randn(*shape, generator=gen)
     e = torch.randint(lo, hi + 1, (*shape[:-1], k // 32, 1), generator=gen).float()
-    return (x.view(*shape[:-1], k // 32, 32) * torch.exp2(e)).view(shape)
+    return (x.view(*shape[:-1], k // 32, 32) * torch.exp2(e)).view(shape).to(DEVICE)
 
 
 def _case(contract: SchemeContract, dtype: torch.dtype, seed: str):
@@ -63,7 +70,7 @@ def _case(contract: SchemeContract, dtype: torch.dtype, seed: str):
     w = _block_scaled((n, k), -9, 1, g)
     prepared = KERNEL.prepare(w, contract)
     x = _block_scaled((*lead, m, k), -3, 3, g).to(dtype)
-    bias = torch.randn(n, generator=g).to(pick((torch.float32, dtype))) if pick((0, 1)) else None
+    bias = _randn(n, gen=g, dtype=pick((torch.float32, dtype))) if pick((0, 1)) else None
     return prepared, x, bias
 
 
@@ -119,7 +126,7 @@ def test_matches_reference(contract: SchemeContract, dtype: torch.dtype) -> None
 
 
 def _other_mode(key: QuantKey, dtype: torch.dtype) -> str:
-    return "decoded" if lds.default_lhs_mode(key, dtype, torch.device("cpu")) == "mx" else "mx"
+    return "decoded" if lds.default_lhs_mode(key, dtype, torch.device(DEVICE)) == "mx" else "mx"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -201,13 +208,14 @@ def test_inf_weight_code_with_split_fp16_lhs() -> None:
     contract = SchemeContract(weight=QuantKey.mx("mxfp8_e5m2", rounding="floor", static=True),
                               activation=None)
     g = _gen("split-inf")
-    mx = mx_quantize(torch.randn(16, 64, generator=g) * 0.01, "mxfp8_e5m2", rounding="floor")
+    mx = mx_quantize(_randn(16, 64, gen=g) * 0.01, "mxfp8_e5m2", rounding="floor")
     data = mx.data.clone()
     data[2, 7] = 0x7C  # +Inf
     data[5, 33] = 0xFC  # -Inf
     prepared = KERNEL.prepare(MXTensor(data, mx.scales, mx.fmt, mx.rounding, mx.shape), contract)
     assert not prepared.cache[lds.CACHE_KEY].fp16_exact  # so the split path runs
-    x = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float16).repeat(4, 16)  # bf16-exact
+    x = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float16, device=DEVICE).repeat(4, 16)
+    # (all exact in bf16)
     x[3, 7] = 0.0  # 0 * Inf is NaN
     got, want = KERNEL.apply(x, prepared), REF.apply(x, prepared)
     assert got[:2, 2].isinf().all() and want[3, 2].isnan()
@@ -235,11 +243,11 @@ def test_unpacked_mxfp4_weight_is_repacked() -> None:
     contract = SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
                               activation=QuantKey.mx("mxfp4", rounding="even", static=False))
     g = _gen("unpacked")
-    w = mx_quantize(torch.randn(16, 128, generator=g), "mxfp4", rounding="even",
+    w = mx_quantize(_randn(16, 128, gen=g), "mxfp4", rounding="even",
                     layout="unpacked")
     prepared = KERNEL.prepare(w, contract)
     assert prepared.cache[lds.CACHE_KEY].data.shape == (16, 64)
-    x = torch.randn(3, 128, generator=g).to(torch.bfloat16)
+    x = _randn(3, 128, gen=g, dtype=torch.bfloat16)
     got, want = KERNEL.apply(x, prepared), REF.apply(x, prepared)
     assert_matches_reference(got, want, x, prepared, None, "unpacked mxfp4")
 
@@ -248,11 +256,11 @@ def test_strided_input_and_empty_batch() -> None:
     contract = SchemeContract(weight=QuantKey.mx("mxfp8_e4m3", rounding="rceil", static=True),
                               activation=None)
     g = _gen("strided")
-    prepared = KERNEL.prepare(torch.randn(16, 64, generator=g), contract)
-    x = torch.randn(64, 6, generator=g).to(torch.float16).t()[::2]  # [3, 64], non-unit strides
+    prepared = KERNEL.prepare(_randn(16, 64, gen=g), contract)
+    x = _randn(64, 6, gen=g, dtype=torch.float16).t()[::2]  # [3, 64], non-unit strides
     got, want = KERNEL.apply(x, prepared), REF.apply(x, prepared)
     assert_matches_reference(got, want, x, prepared, None, "strided x")
-    empty = KERNEL.apply(torch.zeros(0, 64, dtype=torch.bfloat16), prepared)
+    empty = KERNEL.apply(torch.zeros(0, 64, dtype=torch.bfloat16, device=DEVICE), prepared)
     assert empty.shape == (0, 16) and empty.dtype == torch.bfloat16
 
 
@@ -278,24 +286,24 @@ def test_load_kernel_and_declaration() -> None:
 def test_rejects_contracts_it_does_not_declare(contract: SchemeContract) -> None:
     kwargs = {"act_scale": 1.0} if contract.activation and contract.activation.static else {}
     with pytest.raises(ValueError, match="does not implement"):
-        KERNEL.prepare(torch.randn(16, 64), contract, **kwargs)
+        KERNEL.prepare(_randn(16, 64), contract, **kwargs)
 
 
 def test_bad_inputs_raise_clear_errors() -> None:
-    prepared = KERNEL.prepare(torch.randn(16, 64), _w4a16())
+    prepared = KERNEL.prepare(_randn(16, 64), _w4a16())
     with pytest.raises(ValueError, match="float32 is not bfloat16 or float16"):
-        KERNEL.apply(torch.randn(2, 64), prepared)
+        KERNEL.apply(_randn(2, 64), prepared)
     with pytest.raises(ValueError, match="does not end in in_features=64"):
-        KERNEL.apply(torch.randn(2, 32, dtype=torch.bfloat16), prepared)
+        KERNEL.apply(_randn(2, 32, dtype=torch.bfloat16), prepared)
     with pytest.raises(ValueError, match=r"bias must be .* shape \(16,\)"):
-        KERNEL.apply(torch.randn(2, 64, dtype=torch.bfloat16), prepared, torch.zeros(8))
+        KERNEL.apply(_randn(2, 64, dtype=torch.bfloat16), prepared, _randn(8))
     with pytest.raises(ValueError, match="lhs_mode 'mx' does not fit"):
-        lds.dot_scaled_linear(torch.randn(2, 64, dtype=torch.bfloat16), prepared, lhs_mode="mx")
+        lds.dot_scaled_linear(_randn(2, 64, dtype=torch.bfloat16), prepared, lhs_mode="mx")
     with pytest.raises(ValueError, match="not a multiple of 64"):
-        KERNEL.prepare(torch.randn(16, 96), _w4a16())
-    stranger = REF.prepare(torch.randn(16, 64), _w4a16())
+        KERNEL.prepare(_randn(16, 96), _w4a16())
+    stranger = REF.prepare(_randn(16, 64), _w4a16())
     with pytest.raises(ValueError, match="was not made by triton-dot-scaled"):
-        KERNEL.apply(torch.randn(2, 64, dtype=torch.bfloat16), stranger)
+        KERNEL.apply(_randn(2, 64, dtype=torch.bfloat16), stranger)
 
 
 def test_error_bound_is_meaningful() -> None:
@@ -303,8 +311,8 @@ def test_error_bound_is_meaningful() -> None:
     contract = SchemeContract(weight=QuantKey.mx("mxfp8_e4m3", rounding="even", static=True),
                               activation=QuantKey.mx("mxfp8_e4m3", rounding="even", static=False))
     g = _gen("bound")
-    prepared = KERNEL.prepare(torch.randn(16, 128, generator=g), contract)
-    x = torch.randn(4, 128, generator=g).to(torch.bfloat16)
+    prepared = KERNEL.prepare(_randn(16, 128, gen=g), contract)
+    x = _randn(4, 128, gen=g, dtype=torch.bfloat16)
     want32 = _ref_fp32(x, prepared, None)
     data = prepared.cache[lds.CACHE_KEY].data
     mag = data[5] & 0x7F

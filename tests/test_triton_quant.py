@@ -17,7 +17,26 @@ import torch
 from kernels.formats import FORMATS, ROUNDINGS, ElemFormat, bytes_per_row
 from kernels.reference import mx as ref
 from kernels.reference.packing import pack_codes
-from kernels.triton import mx_quant as tri
+from conftest import DEVICE
+from kernels.triton import mx_quant as _tri
+
+
+class _OnDevice:
+    """mx_quant's functions run on DEVICE (the GPU, when there is one); results come back to the
+    CPU, so the same test compares compiled kernels with the reference on a GPU machine."""
+
+    def __getattr__(self, name: str):
+        fn = getattr(_tri, name)
+        if not callable(fn):
+            return fn
+
+        def call(*args):
+            out = fn(*[a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args])
+            return tuple(o.cpu() for o in out) if isinstance(out, tuple) else out.cpu()
+        return call
+
+
+tri = _tri if DEVICE == "cpu" else _OnDevice()
 
 # The interpreter's numpy reports intended overflows to Inf (large scales, fp16 casts) and the
 # Inf - Inf of NaN / Inf blocks, whose results the kernels discard.

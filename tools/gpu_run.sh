@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# One batched GPU session: versions, the kernel tests compiled for real, the quantize
-# benchmark, `registry lint --probe` and the linear benchmark. Logs go to $OUT.
-# Usage on the device machine: bash tools/gpu_run.sh [quick]
+# One batched GPU session: versions, `registry lint --probe`, the quantize benchmark (bits +
+# time), the Triton quant tests compiled for real, and the linear benchmark. Logs go to $OUT.
+# Each step has its own time limit (seconds) so that one slow step cannot eat the lease.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-if [ -d .whl ]; then
+if [ -d .whl ]; then  # the device image lacks pydantic: carried as wheels
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+    --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-python3 -c "import torch, triton, pydantic; print('torch', torch.__version__, 'triton', triton.__version__, 'pydantic', pydantic.__version__)"
-date -u
-step() { echo; echo "=== $1"; shift; "$@"; echo "=== rc=$?"; }
-step pytest python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_FILES:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
-step probe python3 -m registry lint --probe --json > "$OUT/probe.json" 2> "$OUT/probe.txt"; tail -3 "$OUT/probe.txt"
-step bench_quant python3 tools/bench_quant.py ${QUANT_ARGS:-} --out "$OUT/quant.json" 2>&1 | tee "$OUT/quant.md" | tail -60
-step bench_linear python3 tools/bench_linear.py ${LINEAR_ARGS:-} --out "$OUT/linear.json" 2>&1 | tee "$OUT/linear.md" | tail -60
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  date -u; } | tee "$OUT/env.txt"
+step() { local name=$1 limit=$2; shift 2; echo; echo "=== $name"
+         timeout "$limit" "$@"; echo "=== $name rc=$?"; }
+step probe "${PROBE_S:-120}" sh -c "python3 -m registry lint --probe --json > $OUT/probe.json 2> $OUT/probe.txt; tail -2 $OUT/probe.txt"
+step bench_quant "${QUANT_S:-200}" sh -c "python3 tools/bench_quant.py ${QUANT_ARGS:-} --out $OUT/quant.json > $OUT/quant.md 2>&1; tail -25 $OUT/quant.md"
+step pytest "${PYTEST_S:-150}" sh -c "python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_FILES:-tests} > $OUT/pytest.log 2>&1; tail -4 $OUT/pytest.log"
+step bench_linear "${LINEAR_S:-90}" sh -c "python3 tools/bench_linear.py ${LINEAR_ARGS:-} --out $OUT/linear.json > $OUT/linear.md 2>&1; tail -40 $OUT/linear.md"
