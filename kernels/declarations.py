@@ -50,8 +50,8 @@ class KernelDecl:
     native_on: tuple[str, ...]  # where it runs on MX hardware; elsewhere it is emulated
     accepts: tuple[Family, ...]
     limits: Limits = field(default_factory=Limits)
-    # Platforms its results were checked on real hardware (tests + `lint --probe`); the matrix
-    # marks the rest "not verified on hardware".
+    # Platforms its results were checked on real hardware (`registry lint --probe` and the
+    # kernel tests; docs/verification.md); the matrix marks the rest "not verified on hardware".
     verified_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -116,6 +116,7 @@ KERNELS: tuple[KernelDecl, ...] = (
                    "mxfp4/mxfp8 weights x bf16, mxfp4 or mxfp8 activations"),
         ),
         limits=Limits(k_multiple=64, act_dtypes=("bfloat16", "float16")),
+        verified_on=("cuda:sm90",),
     ),
     KernelDecl(
         name="triton-emulation",
@@ -127,6 +128,7 @@ KERNELS: tuple[KernelDecl, ...] = (
             Family(ALL_MX_WEIGHTS, DISPATCH_KEYS | WEIGHT_ONLY,
                    "every MX weight x every activation key the dispatcher knows"),
         ),
+        verified_on=("cuda:sm90",),
     ),
     KernelDecl(
         name="dequant-weight-only",
@@ -135,6 +137,7 @@ KERNELS: tuple[KernelDecl, ...] = (
         platforms=("*",),
         native_on=(),
         accepts=(Family(ALL_MX_WEIGHTS, WEIGHT_ONLY, "weight-only (activation none)"),),
+        verified_on=("cpu", "cuda:sm90"),
     ),
     KernelDecl(
         name="reference-emulation",
@@ -146,6 +149,7 @@ KERNELS: tuple[KernelDecl, ...] = (
             Family(ALL_MX_WEIGHTS, DISPATCH_KEYS | WEIGHT_ONLY,
                    "every MX weight x every activation key the dispatcher knows"),
         ),
+        verified_on=("cpu", "cuda:sm90"),
     ),
 )
 
