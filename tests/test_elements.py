@@ -10,17 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from oracles import ML_DTYPES
 from kernels.formats import FORMATS, ElemFormat
 from kernels.reference.elements import decode, decode_e8m0, encode
 from kernels.reference.mx import quantize
 
-ML_DTYPES = {
-    "mxfp4": ml_dtypes.float4_e2m1fn,
-    "mxfp6_e2m3": ml_dtypes.float6_e2m3fn,
-    "mxfp6_e3m2": ml_dtypes.float6_e3m2fn,
-    "mxfp8_e4m3": ml_dtypes.float8_e4m3fn,
-    "mxfp8_e5m2": ml_dtypes.float8_e5m2,
-}
 FP_FORMATS = [FORMATS[name] for name in ML_DTYPES]
 INT8 = FORMATS["mxint8"]
 F32_MAX = float(np.finfo(np.float32).max)

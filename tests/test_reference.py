@@ -14,16 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+from oracles import ML_DTYPES
 from kernels.formats import FORMATS, ROUNDINGS, ElemFormat
 from kernels.reference.mx import dequantize, qdq, quantize
 
-ML_DTYPES = {
-    "mxfp4": ml_dtypes.float4_e2m1fn,
-    "mxfp6_e2m3": ml_dtypes.float6_e2m3fn,
-    "mxfp6_e3m2": ml_dtypes.float6_e3m2fn,
-    "mxfp8_e4m3": ml_dtypes.float8_e4m3fn,
-    "mxfp8_e5m2": ml_dtypes.float8_e5m2,
-}
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 F32_MAX = float(np.finfo(np.float32).max)
 K = 64

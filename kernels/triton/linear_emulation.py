@@ -42,6 +42,7 @@ from kernels.triton.mx_codec import (
     KIND_BF16, KIND_FP16, KIND_FP32, ROUNDING_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
     _nan_like, _pow2, _round_value, _store_fp32, format_constexprs,
 )
+from kernels.triton import mx_quant
 from kernels.triton.mx_quant import _load_codes, _tile_scaled
 
 _NAME = "triton-emulation"
@@ -177,28 +178,11 @@ def _dot_choice(in_dtype: torch.dtype, act_mode: int) -> tuple[int, str]:
     return DOT_FP32, "ieee"
 
 
-def _pack_code(fmt_name: str, layout: str) -> int:
-    """mx_quant's PACK constexpr: 0 one code a byte, 1 fp4 two a byte, 2 fp6 four in three."""
-    fmt = get_format(fmt_name)
-    if layout == "unpacked" or fmt.bits == 8:
-        return 0
-    return 1 if fmt.bits == 4 else 2
-
-
-def _bits_view(t: Tensor) -> Tensor:
-    """fp32 / bf16 tensors go to the kernel as int32 / int16 views (exact bit handling)."""
-    if t.dtype == torch.float32:
-        return t.view(torch.int32)
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16)
-    return t
-
-
 def _prepare_tensors(prepared: PreparedWeight) -> dict:
     """Kernel-ready weight tensors and constexprs of a prepared weight (built once)."""
     weight = prepared.weight
     key = prepared.contract.activation
-    pack = _pack_code(weight.fmt, weight.layout)
+    pack = mx_quant._pack_code(weight.elem_format, weight.layout)
     data = weight.data.contiguous()
     if pack == 2:  # mx_quant's fp6 packed reader takes little-endian int32 words
         try:
@@ -275,8 +259,8 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     data, scales = cached["data"], cached["scales"]
     _emulated_linear_kernel[grid](
-        _bits_view(x2d), data, scales, scale if scale is not None else scales,
-        bias if bias is not None else scales, _bits_view(out), m, n, k,
+        mx_quant._bits_view(x2d), data, scales, scale if scale is not None else scales,
+        bias if bias is not None else scales, mx_quant._bits_view(out), m, n, k,
         x2d.stride(0), data.stride(0), scales.stride(0), out.stride(0),
         IN_KIND=_KIND_OF_DTYPE[x.dtype], OUT_KIND=_KIND_OF_DTYPE[out_dtype],
         HAS_BIAS=bias is not None, DOT_KIND=dot_kind, DOT_PRECISION=precision,

@@ -104,6 +104,23 @@ def _fp_round(av, MBITS: tl.constexpr, BIAS: tl.constexpr):
 
 
 @triton.jit
+def _int8_clamped(v):
+    """mxint8: v in units of 2**-6, clamped to the code range [-127, 127] (not yet rounded)."""
+    return tl.minimum(tl.maximum(v * 64.0, -127.0), 127.0)
+
+
+@triton.jit
+def _round_magnitude(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
+                     SATURATE: tl.constexpr):
+    """|v| saturated at max normal (unless SATURATE is off) and rounded to the element grid."""
+    if SATURATE:
+        av = tl.minimum(tl.abs(v), MAX_NORMAL)
+    else:
+        av = tl.abs(v)
+    return _fp_round(av, MBITS, BIAS)
+
+
+@triton.jit
 def _encode(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
             BITS: tl.constexpr, IS_INT: tl.constexpr, SATURATE: tl.constexpr = True):
     """Element codes (int32 in [0, 2**BITS)) of v = x * 2**-E (fp32): round to nearest even,
@@ -111,15 +128,10 @@ def _encode(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr
     mxint8: two's complement byte of clamp(rne(v * 64), -127, 127).
     SATURATE=False skips the clamp where |v| <= max normal is known (rceil scales)."""
     if IS_INT:
-        w = tl.minimum(tl.maximum(v * 64.0, -127.0), 127.0)
         # 1.5 * 2**23 has ulp 1: the sum's low bits are rne(w) in two's complement.
-        code = ((w + 12582912.0).to(tl.int32, bitcast=True) - 0x4B400000) & 0xFF
+        code = ((_int8_clamped(v) + 12582912.0).to(tl.int32, bitcast=True) - 0x4B400000) & 0xFF
     else:
-        if SATURATE:
-            av = tl.minimum(tl.abs(v), MAX_NORMAL)
-        else:
-            av = tl.abs(v)
-        mag = _fp_round(av, MBITS, BIAS)
+        mag = _round_magnitude(v, MBITS, BIAS, MAX_NORMAL, SATURATE)
         # mag * 2**(bias - 127) puts the element's exponent / mantissa fields in the fp32 fields
         # (an element subnormal becomes an fp32 subnormal, exactly): its bits are the code.
         code = (mag * (2.0 ** (BIAS - 127))).to(tl.int32, bitcast=True) >> (23 - MBITS)
@@ -133,14 +145,9 @@ def _round_value(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.cons
                  IS_INT: tl.constexpr, SATURATE: tl.constexpr = True):
     """The value of _encode(v)'s code (fp32, sign kept): QDQ without materialising codes."""
     if IS_INT:
-        w = tl.minimum(tl.maximum(v * 64.0, -127.0), 127.0)
-        r = ((w + 12582912.0) - 12582912.0) * 0.015625
+        r = ((_int8_clamped(v) + 12582912.0) - 12582912.0) * 0.015625
     else:
-        if SATURATE:
-            av = tl.minimum(tl.abs(v), MAX_NORMAL)
-        else:
-            av = tl.abs(v)
-        mag = _fp_round(av, MBITS, BIAS)
+        mag = _round_magnitude(v, MBITS, BIAS, MAX_NORMAL, SATURATE)
         sign = (v.to(tl.int32, bitcast=True) >> 31) << 31
         r = (mag.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
     return r
