@@ -26,26 +26,10 @@ from registry import load_schemes  # noqa: E402
 from registry.platform import detect  # noqa: E402
 from registry.probe import runnable_here  # noqa: E402
 from registry.resolve import accepts  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 SCHEMES = ["w_mxfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_fp8",
            "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp8_e4m3_a_mxfp8_e4m3", "w_mxint8_a_mxint8"]
-
-
-def bench(fn, device) -> float:
-    """Median milliseconds."""
-    if device == "cuda":
-        import triton.testing
-
-        return float(triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median"))
-    import time
-
-    fn()
-    ts = []
-    for _ in range(3):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return sorted(ts)[1] * 1e3
 
 
 def main() -> int:
@@ -90,8 +74,8 @@ def main() -> int:
                     out = kern.apply(x, p, bias)
                     want = ref.apply(x, p, bias)
                     err = float((out.float() - want.float()).norm() / want.float().norm())
-                    t = bench(lambda: kern.apply(x, p, bias), device)
-                    tb = bench(lambda: F.linear(x, w_bf16, b_bf16), device)
+                    t = median_ms(lambda: kern.apply(x, p, bias), device, 50, 200)
+                    tb = median_ms(lambda: F.linear(x, w_bf16, b_bf16), device, 50, 200)
                 except Exception as e:  # noqa: BLE001 - report and go on
                     print(f"| {sname} | {kname} | {m} | ERROR {type(e).__name__}: "
                           f"{str(e)[:120]} | | | |")

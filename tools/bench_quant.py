@@ -23,7 +23,6 @@ import json
 import math
 import os
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -41,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import triton  # noqa: E402
 
 from kernels.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
+from timing import median_ms  # noqa: E402
 from kernels.reference import mx as ref  # noqa: E402
 from kernels.triton import mx_quant as tri  # noqa: E402
 
@@ -55,19 +55,6 @@ def cases(quick: bool, roundings: tuple[str, ...] = ROUNDINGS) -> list[tuple[str
     fmt_layouts = [(n, lay) for n, f in FORMATS.items()
                    for lay in (("packed", "unpacked") if f.bits < 8 else ("unpacked",))]
     return [(n, lay, r) for n, lay in fmt_layouts for r in roundings]
-
-
-def median_ms(fn, device: str) -> float:
-    if device == "cuda":
-        import triton.testing
-        return float(triton.testing.do_bench(fn, warmup=100, rep=300, return_mode="median"))
-    fn()
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[1] * 1e3
 
 
 def rotating(fn, inputs: list[tuple]):
