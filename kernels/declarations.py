@@ -76,6 +76,11 @@ class KernelDecl:
     def runs_on(self, platform: Platform) -> bool:
         return any(platform.matches(r) for r in self.platforms)
 
+    def implements(self, contract) -> bool:
+        """Whether one declared family holds both of the contract's keys (any platform)."""
+        return any(contract.weight in f.weights and contract.activation in f.activations
+                   for f in self.accepts)
+
     def is_native_on(self, platform: Platform) -> bool:
         return any(platform.matches(r) for r in self.native_on)
 

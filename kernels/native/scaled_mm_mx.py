@@ -180,9 +180,8 @@ class ScaledMMMXLinear(LinearKernel):
     weight_layout = None  # each format's default: packed mxfp4, unpacked mxfp8 (OPERAND_DTYPES)
 
     def _check_contract(self, contract: SchemeContract) -> None:
-        for family in self.decl.accepts:
-            if contract.weight in family.weights and contract.activation in family.activations:
-                return
+        if self.decl.implements(contract):
+            return
         notes = "; ".join(f.note for f in self.decl.accepts)
         raise ValueError(f"{self.name} does not implement {contract} (it runs: {notes}); "
                          "run `registry resolve <scheme>` to pick a kernel that does")

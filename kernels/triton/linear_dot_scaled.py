@@ -46,7 +46,7 @@ from kernels.formats import E8M0_BIAS, E8M0_NAN, get_format
 from kernels.reference.linear import check_input
 from kernels.triton import mx_quant
 from kernels.triton.mx_codec import (
-    KIND_BF16, KIND_FP16, KIND_FP32, SPECIALS_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
+    KIND_FP32, KIND_OF_DTYPE, SPECIALS_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
     _nan_like, _pow2, _store_fp32,
 )
 from kernels.triton.mx_quant import _load_codes
@@ -60,7 +60,6 @@ DOT_FORMAT = {"mxfp4": "e2m1", "mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2"}
 assert set(DOT_FORMAT) == set(DOT_SCALED_FORMATS), "DOT_FORMAT and the declaration disagree"
 LHS_MODES = {"x": 0, "mx": 1, "decoded": 2}
 ACT_DTYPES = (torch.bfloat16, torch.float16)
-_KIND = {torch.float32: KIND_FP32, torch.bfloat16: KIND_BF16, torch.float16: KIND_FP16}
 # Per-element NaN selects in the emulated upcast are redundant with the kernel's 0xFF masks.
 FAST_MATH = True
 #: Decode (M <= SMALL_M) and large-M tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages).
@@ -195,8 +194,7 @@ def _pack_fp4(codes: Tensor) -> Tensor:
 
 
 def _check_contract(contract: SchemeContract) -> None:
-    if not any(contract.weight in f.weights and contract.activation in f.activations
-               for f in KERNELS_BY_NAME[NAME].accepts):
+    if not KERNELS_BY_NAME[NAME].implements(contract):
         fmts = "/".join(DOT_FORMAT)
         raise ValueError(f"{NAME} does not implement {contract}: it takes static {fmts} weights "
                          f"with activation none or a dynamic {fmts} key (kernels/declarations.py);"
@@ -272,11 +270,11 @@ def _check_args(x2d: Tensor, key: QuantKey | None, bias: Tensor | None, n: int,
         want = '"x"' if key is None else '"mx" or "decoded"'
         raise ValueError(f"{NAME}: lhs_mode {lhs_mode!r} does not fit activation key {key}; "
                          f"use {want} (or None for the default)")
-    if out_dtype not in _KIND:
+    if out_dtype not in KIND_OF_DTYPE:
         raise ValueError(f"{NAME}: out_dtype {out_dtype} is not float32, bfloat16 or float16")
     if bias is None:
         return
-    if not isinstance(bias, Tensor) or bias.shape != (n,) or bias.dtype not in _KIND:
+    if not isinstance(bias, Tensor) or bias.shape != (n,) or bias.dtype not in KIND_OF_DTYPE:
         got = (f"{bias.dtype} {tuple(bias.shape)}" if isinstance(bias, Tensor)
                else type(bias).__name__)
         raise ValueError(f"{NAME}: bias must be a float32/bfloat16/float16 tensor of shape ({n},), "
@@ -326,8 +324,8 @@ def dot_scaled_linear(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None
         mx_quant._bits_view(out), m, n, k, lhs.stride(0), lhs_scale.stride(0),
         ops.data.stride(0), ops.scales.stride(0), out.stride(0),
         LHS_MODE=LHS_MODES[lhs_mode], RHS_FMT=ops.fmt, RHS_PACK=2 if ops.fmt == "e2m1" else 1,
-        ACT_KIND=_KIND[x2d.dtype], SPLIT_FP16=split, HAS_BIAS=has_bias,
-        BIAS_KIND=_KIND[bias.dtype] if has_bias else KIND_FP32, OUT_KIND=_KIND[out_dtype],
+        ACT_KIND=KIND_OF_DTYPE[x2d.dtype], SPLIT_FP16=split, HAS_BIAS=has_bias,
+        BIAS_KIND=KIND_OF_DTYPE[bias.dtype] if has_bias else KIND_FP32, OUT_KIND=KIND_OF_DTYPE[out_dtype],
         HW_CAST=not _INTERPRETED, FAST=FAST_MATH, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_K=block_k, num_warps=warps, num_stages=stages, **consts,
     )

@@ -39,14 +39,13 @@ from kernels.dispatch import activation_qdq
 from kernels.formats import FORMATS, get_format
 from kernels.reference.linear import check_input
 from kernels.triton.mx_codec import (
-    KIND_BF16, KIND_FP16, KIND_FP32, ROUNDING_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
+    KIND_OF_DTYPE, ROUNDING_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
     _nan_like, _pow2, _round_value, _store_fp32, format_constexprs,
 )
 from kernels.triton import mx_quant
 from kernels.triton.mx_quant import _load_codes, _tile_scaled
 
 _NAME = "triton-emulation"
-_KIND_OF_DTYPE = {torch.float32: KIND_FP32, torch.bfloat16: KIND_BF16, torch.float16: KIND_FP16}
 ACT_NONE, ACT_MX, ACT_FP8_STATIC = 0, 1, 2  # the ACT_MODE constexpr
 DOT_BF16, DOT_FP32 = 0, 1  # the DOT_KIND constexpr
 _FP8 = FORMATS["mxfp8_e4m3"]  # fp8_e4m3fn has the same element grid: max 448, subnormals 2**-9
@@ -147,7 +146,7 @@ def _emulated_linear_kernel(
 
 
 # ----------------------------------------------------------------------------- launch set-up
-_INTERPRETED = type(_emulated_linear_kernel).__name__ == "InterpretedFunction"
+_INTERPRETED = mx_quant._INTERPRETED
 SMALL_M = 16  # M <= SMALL_M takes the decode tile
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); BLOCK_K a multiple of 64 keeps fp4 bytes
 # and fp6 words whole. Untuned first choices; GPU tuning is a later issue.
@@ -225,7 +224,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     fp32 exposes the accumulator before the final cast (used by the tests)."""
     check_input(x, prepared, _NAME)
     out_dtype = x.dtype if out_dtype is None else out_dtype
-    if out_dtype not in _KIND_OF_DTYPE:
+    if out_dtype not in KIND_OF_DTYPE:
         raise ValueError(f"{_NAME}: out_dtype {out_dtype} is not float32, bfloat16 or float16")
     if not _INTERPRETED and not x.is_cuda:
         raise ValueError(f"{_NAME}: input is on {x.device}; the Triton kernel needs a CUDA / ROCm "
@@ -262,7 +261,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
         mx_quant._bits_view(x2d), data, scales, scale if scale is not None else scales,
         bias if bias is not None else scales, mx_quant._bits_view(out), m, n, k,
         x2d.stride(0), data.stride(0), scales.stride(0), out.stride(0),
-        IN_KIND=_KIND_OF_DTYPE[x.dtype], OUT_KIND=_KIND_OF_DTYPE[out_dtype],
+        IN_KIND=KIND_OF_DTYPE[x.dtype], OUT_KIND=KIND_OF_DTYPE[out_dtype],
         HAS_BIAS=bias is not None, DOT_KIND=dot_kind, DOT_PRECISION=precision,
         HW_CAST=not _INTERPRETED,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, **consts)

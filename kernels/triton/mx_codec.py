@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 
+import torch
 import triton
 import triton.language as tl
 
@@ -27,6 +28,8 @@ ROUNDING_CODE: dict[str, int] = {"floor": 0, "even": 1, "rceil": 2}
 SPECIALS_CODE: dict[str, int] = {"none": 0, "nan_only_all_ones": 1, "ieee": 2}
 # Element dtypes of kernel inputs / outputs, as the int constexprs IN_KIND / OUT_KIND.
 KIND_FP32, KIND_BF16, KIND_FP16 = 0, 1, 2
+KIND_OF_DTYPE: dict[torch.dtype, int] = {torch.float32: KIND_FP32, torch.bfloat16: KIND_BF16,
+                                         torch.float16: KIND_FP16}
 
 
 def _f32_bits(value: float) -> int:

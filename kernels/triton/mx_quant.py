@@ -24,12 +24,11 @@ import triton.language as tl
 from kernels.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.formats import resolve_layout
 from kernels.triton.mx_codec import (
-    KIND_BF16, KIND_FP16, KIND_FP32, ROUNDING_CODE, _decode, _encode, _load_fp32, _nan_like, _pow2,
+    KIND_OF_DTYPE, ROUNDING_CODE, _decode, _encode, _load_fp32, _nan_like, _pow2,
     _round_value, _shared_exponent, _store_fp32, format_constexprs,
 )
 
 _WHERE = "kernels.triton.mx_quant"
-_KIND_OF_DTYPE = {torch.float32: KIND_FP32, torch.bfloat16: KIND_BF16, torch.float16: KIND_FP16}
 
 
 @triton.jit
@@ -238,7 +237,7 @@ def _check_tensor(t: object, name: str, fn: str) -> torch.Tensor:
 
 def _check_input(x2d: object, fn: str) -> torch.Tensor:
     x = _check_tensor(x2d, "x2d", fn)
-    if x.dtype not in _KIND_OF_DTYPE:
+    if x.dtype not in KIND_OF_DTYPE:
         raise ValueError(f"{_WHERE}.{fn}: x2d has dtype {x.dtype}; expected float32, bfloat16 or "
                          "float16 (cast it first)")
     if x.shape[1] % BLOCK:
@@ -281,7 +280,7 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
                                    device=x.device)
     if r and k:
         consts = format_constexprs(fmt)
-        consts.update(IN_KIND=_KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, PACK=pack)
+        consts.update(IN_KIND=KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, PACK=pack)
         _launch(_quantize_kernel, (_bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales
@@ -295,7 +294,7 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
     layout = resolve_layout(fmt, layout)
     data = _check_tensor(data, "data", "dequantize")
     scales = _check_tensor(scales, "scales", "dequantize")
-    if out_dtype not in _KIND_OF_DTYPE:
+    if out_dtype not in KIND_OF_DTYPE:
         raise ValueError(f"{_WHERE}.dequantize: out_dtype {out_dtype} is not float32, bfloat16 "
                          "or float16")
     if not isinstance(k, int) or k < 0 or k % BLOCK:
@@ -320,7 +319,7 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
         consts = format_constexprs(fmt)
         for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
             consts.pop(name)
-        consts.update(OUT_KIND=_KIND_OF_DTYPE[out_dtype], PACK=pack, HW_CAST=not _INTERPRETED)
+        consts.update(OUT_KIND=KIND_OF_DTYPE[out_dtype], PACK=pack, HW_CAST=not _INTERPRETED)
         _launch(_dequantize_kernel, (data, scales, _bits_view(out)), r, k,
                 (data.stride(0), scales.stride(0), out.stride(0)), consts)
     return out
@@ -336,7 +335,7 @@ def qdq(x2d: torch.Tensor, fmt: ElemFormat, rounding: str) -> torch.Tensor:
     out = torch.empty((r, k), dtype=x.dtype, device=x.device)
     if r and k:
         consts = format_constexprs(fmt)
-        consts.update(IN_KIND=_KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, HW_CAST=not _INTERPRETED)
+        consts.update(IN_KIND=KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, HW_CAST=not _INTERPRETED)
         _launch(_qdq_kernel, (_bits_view(x), _bits_view(out)), r, k,
                 (x.stride(0), out.stride(0)), consts)
     return out
