@@ -15,7 +15,8 @@ from registry.loader import SchemeDir, read_scheme_file, scheme_dirs
 from registry.schema import json_schema
 
 
-def _catalog(args: argparse.Namespace) -> Catalog:
+def catalog_of(args: argparse.Namespace) -> Catalog:
+    """The shipped schemes plus --schemes / $REGISTRY_SCHEMES_PATH (every subcommand's view)."""
     return load_files(scheme_dirs(args.schemes))
 
 
@@ -62,7 +63,7 @@ def _list_args(p: argparse.ArgumentParser) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    catalog = _catalog(args)
+    catalog = catalog_of(args)
     schemes = sorted(catalog, key=lambda s: s.name)
     if args.json:
         print_json({"schemes": [scheme_dict(catalog, s) for s in schemes],
@@ -84,7 +85,7 @@ def _show_args(p: argparse.ArgumentParser) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    catalog = _catalog(args)
+    catalog = catalog_of(args)
     try:
         scheme = catalog.get(args.name)
     except UnknownSchemeError as e:

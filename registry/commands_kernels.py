@@ -4,17 +4,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from registry.catalog import Catalog, load_files
+from registry.catalog import Catalog
 from registry.cli import Command, UsageError, print_json, register, table
+from registry.commands import catalog_of
 from registry.contract import Scheme
 from registry.errors import UnknownSchemeError
-from registry.loader import scheme_dirs
 from registry.platform import Platform, detect
 from registry.resolve import Resolution, ResolutionError, accepts, resolve
-
-
-def _catalog(args: argparse.Namespace) -> Catalog:
-    return load_files(scheme_dirs(args.schemes))
 
 
 def _platform(args: argparse.Namespace) -> tuple[Platform, str]:
@@ -102,7 +98,7 @@ def _run_resolve(args: argparse.Namespace) -> int:
     if args.all == bool(args.scheme):
         raise UsageError("registry resolve: error: give one scheme NAME|ALIAS or --all")
     _check_kernels(_kernel_list(args.disable) + ([args.force] if args.force else []))
-    catalog = _catalog(args)
+    catalog = catalog_of(args)
     plat, how = _platform(args)
     schemes = (sorted(catalog.schemes.values(), key=lambda s: s.name) if args.all
                else [_scheme(catalog, args.scheme)])
@@ -170,7 +166,7 @@ def matrix_cells(catalog: Catalog, plat: Platform) -> list[dict[str, Any]]:
 def _run_matrix(args: argparse.Namespace) -> int:
     from kernels.declarations import KERNELS
 
-    catalog = _catalog(args)
+    catalog = catalog_of(args)
     plat, how = _platform(args)
     cells = matrix_cells(catalog, plat)
     if args.json:

@@ -79,7 +79,7 @@ def probe_pair(scheme, kernel_name: str, plat: Platform, device, seed: int = 0) 
         prepared = kernel.prepare(w, scheme.contract, calibration=x if static else None)
         out = kernel.apply(x, prepared, b)
         ref_kernel = load_kernel("reference-emulation")
-        ref = ref_kernel.apply(x.cpu(), _to_cpu(ref_kernel, prepared), b.cpu())
+        ref = ref_kernel.apply(x.cpu(), _to_cpu(prepared), b.cpu())
     except Exception as e:  # noqa: BLE001 - a probe reports every failure as a finding
         return ProbeResult(scheme.name, kernel_name, str(plat), False, None, None,
                            f"raised {type(e).__name__}: {e}".replace("\n", " "))
@@ -103,7 +103,8 @@ def probe_pair(scheme, kernel_name: str, plat: Platform, device, seed: int = 0) 
     return ProbeResult(scheme.name, kernel_name, str(plat), msg == "ok", err, effect, msg)
 
 
-def _to_cpu(kernel, prepared):
+def _to_cpu(prepared):
+    """The prepared weight on the CPU, for the reference run (its cache stays behind)."""
     from kernels.base import PreparedWeight
 
     wt = prepared.weight.to("cpu")
