@@ -1,7 +1,8 @@
 """The linear-kernel interface: declared acceptance (data) + prepare + apply.
 
-A kernel class points at its `KernelDecl` (kernels/declarations.py); acceptance is read from
-there by resolve, lint and the matrix, never re-implemented here. `prepare` turns a float weight
+A kernel class points at its `KernelDecl` (kernels/declarations.py, or a plugin's; both looked
+up through kernels/kernel_table.py); acceptance is read from there by resolve, lint and the
+matrix, never re-implemented here. `prepare` turns a float weight
 (or an already quantized `MXTensor`) into a `PreparedWeight` that also carries the static
 activation scale of a static activation key; `apply(x, prepared, bias)` runs the layer.
 """
@@ -13,7 +14,7 @@ from typing import Any, ClassVar, Optional
 import torch
 from torch import Tensor
 
-from kernels.declarations import KERNELS_BY_NAME, KernelDecl
+from kernels.declarations import KernelDecl
 from kernels.dispatch import activation_qdq, calibrate_act_scale
 from kernels.mx import MXTensor, mx_quantize
 from kernels.reference.fp8_tensor import check_act_scale
@@ -45,7 +46,9 @@ class LinearKernel:
 
     @property
     def decl(self) -> KernelDecl:
-        return KERNELS_BY_NAME[self.name]
+        from kernels.kernel_table import kernel_by_name  # built-in and plugin kernels
+
+        return kernel_by_name(self.name)
 
     # Weight layout this kernel wants for the quantized weight (None: the format's default).
     weight_layout: ClassVar[Optional[str]] = None
@@ -118,11 +121,32 @@ def _static_scale(contract: SchemeContract, act_scale: Any, calibration: Tensor 
 
 
 def load_kernel(name: str) -> LinearKernel:
-    """An instance of the kernel called `name` (imports its implementation module)."""
+    """An instance of the kernel called `name`, built-in or plugin (imports its `impl` module).
+
+    KeyError for an unknown name; kernels.kernel_table.KernelPluginError when a plugin is broken
+    or a plugin kernel's `impl` does not import / is not a LinearKernel named `name`.
+    """
     import importlib
 
-    decl = KERNELS_BY_NAME.get(name)
-    if decl is None:
-        raise KeyError(f"unknown kernel {name!r}; known: {', '.join(KERNELS_BY_NAME)}")
-    module, _, cls = decl.impl.partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    from kernels.kernel_table import KernelPluginError, PluginProblem, kernel_table
+
+    entry = kernel_table().entry(name)
+    module, _, attr = entry.decl.impl.partition(":")
+    if entry.origin is None:  # built-in: its own import errors are the message
+        return getattr(importlib.import_module(module), attr)()
+
+    def refuse(why: str) -> KernelPluginError:
+        return KernelPluginError([PluginProblem(entry.origin, (
+            f"kernel {name!r} from {entry.origin}: impl {entry.decl.impl!r} {why}"))])
+
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except Exception as e:  # third-party code
+        raise refuse(f"cannot be imported: {type(e).__name__}: {' '.join(str(e).split())}"
+                     ) from None
+    if not (isinstance(cls, type) and issubclass(cls, LinearKernel)):
+        raise refuse("is not a kernels.base.LinearKernel subclass")
+    if getattr(cls, "name", None) != name:
+        raise refuse(f"has name {getattr(cls, 'name', None)!r}; set `name = {name!r}` on the "
+                     "class")
+    return cls()

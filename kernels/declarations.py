@@ -90,6 +90,7 @@ class KernelDecl:
 
 ALL_MX_WEIGHTS = mx_keys(MX_FORMATS, static=True)
 DOT_SCALED_FORMATS = ("mxfp4", "mxfp8_e4m3", "mxfp8_e5m2")  # what tl.dot_scaled can express
+FP8_FORMATS = ("mxfp8_e4m3", "mxfp8_e5m2")
 WEIGHT_ONLY = frozenset({None})
 
 KERNELS: tuple[KernelDecl, ...] = (
@@ -122,6 +123,18 @@ KERNELS: tuple[KernelDecl, ...] = (
         ),
         limits=Limits(k_multiple=64, act_dtypes=("bfloat16", "float16")),
         verified_on=("cuda:sm90",),
+    ),
+    KernelDecl(
+        name="triton-fp8-mma",
+        summary="Triton fp8 tensor-core MMA per 32-wide K slice, E8M0 scales on the fp32 "
+                "accumulator (MXFP8 x MXFP8 where the MMA has no block scales)",
+        impl="kernels.triton.linear_fp8_mma:FP8MMALinear",
+        platforms=("cuda:sm89", "cuda:sm90"),
+        native_on=(),
+        accepts=(
+            Family(mx_keys(FP8_FORMATS, static=True), mx_keys(FP8_FORMATS, static=False),
+                   "W8A8 mxfp8 x mxfp8 (e4m3 / e5m2)"),
+        ),
     ),
     KernelDecl(
         name="triton-emulation",
@@ -164,8 +177,10 @@ KERNELS_BY_NAME: dict[str, KernelDecl] = {k.name: k for k in KERNELS}
 PRIORITY: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cuda:sm100+", ("scaled-mm-mx", "triton-dot-scaled", "triton-emulation",
                      "dequant-weight-only", "reference-emulation")),
-    ("cuda:*", ("triton-dot-scaled", "triton-emulation", "dequant-weight-only",
-                "reference-emulation")),
+    # sm_90 (H200, docs/benchmarks.md): triton-emulation's decode / dequant-gemm strategies beat
+    # tl.dot_scaled (no MX MMA on Hopper) at every M, and triton-fp8-mma (0.2x bf16) too.
+    ("cuda:*", ("triton-emulation", "triton-dot-scaled", "triton-fp8-mma",
+                "dequant-weight-only", "reference-emulation")),
     ("rocm:*", ("triton-dot-scaled", "triton-emulation", "dequant-weight-only",
                 "reference-emulation")),
     ("*", ("dequant-weight-only", "reference-emulation")),

@@ -5,8 +5,13 @@
     scheme = catalog.get("mxfp4")             # by name or alias
     scheme.contract.activation                # QuantKey.parse('mxfp4:e8m0/b32:even:dynamic')
 
+    from registry import quantize_model, save_quantized, load_quantized
+    report = quantize_model(model, "w_mxfp4", ignore=["lm_head"])   # nn.Linear -> MXLinear
+    print(report)                             # layer, shape, scheme, kernel, fallback, reason
+    save_quantized(model, "model.safetensors")
+
 Attributes are imported on first use, so `import registry` stays cheap; nothing here imports
-torch or triton.
+torch or triton (the model-level names import torch when first used).
 """
 from __future__ import annotations
 
@@ -26,6 +31,14 @@ _EXPORTS = {
     "json_schema": "registry.schema",
     "run_lint": "registry.lint",
     "LINT_CHECKS": "registry.lint",
+    "MXLinear": "registry.layers",
+    "quantize_model": "registry.quantize",
+    "plan_quantization": "registry.quantize",
+    "QuantizationReport": "registry.quantize",
+    "save_quantized": "registry.checkpoint",
+    "load_quantized": "registry.checkpoint",
+    "CheckpointError": "registry.checkpoint",
+    "schemes_from_config": "registry.hf_config",
 }
 
 __all__ = sorted(_EXPORTS)

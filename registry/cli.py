@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Sequence
 from registry.errors import Finding
 
 PROG = "registry"
-COMMAND_MODULES: list[str] = ["registry.commands", "registry.commands_kernels"]
+COMMAND_MODULES: list[str] = ["registry.commands", "registry.commands_kernels",
+                               "registry.commands_bench"]
 
 
 class UsageError(Exception):

@@ -70,11 +70,20 @@ def _list(args: argparse.Namespace) -> int:
                     "findings": [f.to_dict() for f in catalog.findings]})
     else:
         rows = [["NAME", "WEIGHT", "ACTIVATION", "SOURCE"]]
-        rows += [[s.name, str(s.weight), str(s.activation or "none"), s.location]
+        rows += [[s.name, str(s.weight), str(s.activation or "none"), _source_cell(catalog, s)]
                  for s in schemes]
         print(table(rows))
+        if any(d.origin != "shipped" for d in catalog.dirs):
+            print("\nscheme directories, in load order (the first definition of a name wins):")
+            print(table([[f"  {d.origin}", display_path(d.path)] for d in catalog.dirs]))
         print_findings(catalog.findings, sys.stderr)
     return 1 if catalog.errors else 0
+
+
+def _source_cell(catalog: Catalog, scheme: Scheme) -> str:
+    """file:line, plus where its directory was named unless it is the shipped one."""
+    origin = _origin(catalog, scheme)
+    return scheme.location if origin == "shipped" else f"{scheme.location} (from {origin})"
 
 
 # --- show --------------------------------------------------------------------------------------

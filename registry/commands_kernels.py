@@ -27,12 +27,15 @@ def _kernel_list(text: str | None) -> list[str]:
 
 
 def _check_kernels(names: list[str]) -> None:
-    from kernels.declarations import KERNELS_BY_NAME
+    """Unknown --disable / --force names are usage errors (plugin kernels count as known; a
+    broken plugin is reported by resolve itself)."""
+    from kernels.kernel_table import kernel_table
 
+    known = kernel_table().names
     for n in names:
-        if n not in KERNELS_BY_NAME:
+        if n not in known:
             raise UsageError(f"registry: error: unknown kernel {n!r}; known kernels: "
-                             f"{', '.join(KERNELS_BY_NAME)}")
+                             f"{', '.join(known)}")
 
 
 def _scheme(catalog: Catalog, name: str) -> Scheme:
@@ -57,6 +60,10 @@ def _resolve_args(p: argparse.ArgumentParser) -> None:
                                                       "REGISTRY_DISABLED_KERNELS)")
     p.add_argument("--force", metavar="K", help="use this kernel or fail")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--from-config", metavar="PATH",
+                   help="map every layer group of a Hugging Face config.json (Quark or "
+                        "compressed-tensors quantization_config) to a scheme and resolve it; "
+                        "exit 1 when a group maps to no scheme or does not resolve")
 
 
 def _resolve_one(scheme: Scheme, plat: Platform, args) -> tuple[Resolution, str | None]:
@@ -95,9 +102,15 @@ def _print_resolution(res: Resolution, scheme: Scheme, how: str, error: str | No
 
 
 def _run_resolve(args: argparse.Namespace) -> int:
-    if args.all == bool(args.scheme):
-        raise UsageError("registry resolve: error: give one scheme NAME|ALIAS or --all")
+    if args.from_config is not None and (args.all or args.scheme):
+        raise UsageError("registry resolve: error: --from-config PATH takes the schemes from the "
+                         "config; drop NAME|ALIAS / --all")
+    if args.from_config is None and args.all == bool(args.scheme):
+        raise UsageError("registry resolve: error: give one scheme NAME|ALIAS or --all "
+                         "(or --from-config PATH)")
     _check_kernels(_kernel_list(args.disable) + ([args.force] if args.force else []))
+    if args.from_config is not None:
+        return _run_from_config(args)
     catalog = catalog_of(args)
     plat, how = _platform(args)
     schemes = (sorted(catalog.schemes.values(), key=lambda s: s.name) if args.all
@@ -127,6 +140,76 @@ def _run_resolve(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _resolve_groups(groups: list, plat: Platform, args) -> list[tuple]:
+    """(config group, its scheme's Resolution or None, one-line error or None); each scheme is
+    resolved once, exactly as `resolve NAME` would."""
+    done: dict[str, tuple[Resolution, str | None]] = {}
+    out = []
+    for g in groups:
+        if g.scheme is None:
+            out.append((g, None, g.error))
+            continue
+        if g.scheme.name not in done:
+            done[g.scheme.name] = _resolve_one(g.scheme, plat, args)
+        res, err = done[g.scheme.name]
+        out.append((g, res, f"{g.source}: {g.path}: {err}" if err else None))
+    return out
+
+
+def _group_dict(g, res: Resolution | None, err: str | None) -> dict[str, Any]:
+    """The same keys for every group: the group's, then its resolution's (None if none)."""
+    r = res.to_dict() if res is not None else {}
+    extra = {k: r.get(k) for k in ("platform", "kernel", "native", "fallback", "forced")}
+    return dict(g.to_dict(), **extra, candidates=r.get("candidates", []), error=err)
+
+
+def _run_from_config(args: argparse.Namespace) -> int:
+    """`resolve --from-config`: one row per config group, the candidates of each distinct
+    scheme, then one line per group that did not map or resolve."""
+    import sys
+
+    from registry.hf_config import ConfigError, schemes_from_config
+
+    catalog = catalog_of(args)
+    plat, how = _platform(args)
+    try:
+        groups = schemes_from_config(args.from_config, catalog)
+    except ConfigError as e:
+        print(f"registry: error: {e}".replace("\n", " "), file=sys.stderr)
+        return 2 if e.unreadable else 1
+    results = _resolve_groups(groups, plat, args)
+    errors = list(dict.fromkeys(err for _, _, err in results if err))
+    if args.json:
+        print_json([_group_dict(*r) for r in results])
+        return 1 if errors else 0
+    first = groups[0] if groups else None
+    print(f"config: {first.source if first else args.from_config} "
+          f"({first.producer if first else '?'})\nplatform: {plat} ({how})\n")
+    rows = [["group (JSON path)", "targets", "scheme", "kernel", "mode", "fallback"]]
+    shown: dict[str, Resolution] = {}
+    for g, res, err in results:
+        row = [g.path, ", ".join(g.targets) or "-"]
+        if g.note is not None:
+            row += [g.note, "-", "-", "-"]
+        elif g.scheme is None:
+            row += ["NO MATCH", "-", "ERROR", "-"]
+        else:
+            c = res.chosen
+            mode = "ERROR" if err else ("native" if c and c.native else "emulated") + \
+                (", forced" if res.forced else "")
+            row += [g.scheme.name, res.kernel or "NONE", mode, "yes" if res.fallback else "no"]
+            shown.setdefault(g.scheme.name, res)
+        rows.append(row)
+    print(table(rows))
+    for name, res in shown.items():
+        print(f"\ncandidates for {name} on {res.platform}, in priority order:")
+        cand = [["->" if c.accepted else "  ", c.kernel, c.reason] for c in res.candidates]
+        print(table(cand) if cand else "  (none)")
+    for e in errors:
+        print(f"\nerror: {e}")
+    return 1 if errors else 0
+
+
 register(Command("resolve", "pick the kernel for a scheme on a platform, with every reason",
                  _resolve_args, _run_resolve))
 
@@ -139,17 +222,21 @@ def _matrix_args(p: argparse.ArgumentParser) -> None:
 
 
 def matrix_cells(catalog: Catalog, plat: Platform) -> list[dict[str, Any]]:
-    """One cell per (scheme, kernel): accepted or the reason, chosen, verified on hardware."""
-    from kernels.declarations import KERNELS, candidates_for
+    """One cell per (scheme, kernel): accepted or the reason, chosen, verified on hardware,
+    and where the kernel came from (built-in or a plugin). KernelPluginError if one is broken."""
+    from kernels.kernel_table import kernel_table
 
+    ktable = kernel_table()
+    ktable.check()
     cells = []
-    listed = {d.name for d in candidates_for(plat)}
+    listed = {d.name for d in ktable.candidates_for(plat)}
     for s in sorted(catalog.schemes.values(), key=lambda s: s.name):
         try:
             chosen = resolve(s, plat).kernel
         except ResolutionError:
             chosen = None
-        for decl in KERNELS:
+        for entry in ktable.entries:
+            decl = entry.decl
             ok, why = accepts(decl, s.contract, plat)
             if ok and not decl.runs_on(plat):
                 ok, why = False, f"does not run on {plat}"
@@ -159,20 +246,46 @@ def matrix_cells(catalog: Catalog, plat: Platform) -> list[dict[str, Any]]:
                 "scheme": s.name, "kernel": decl.name, "accepted": ok, "reason": why,
                 "chosen": decl.name == chosen, "native": decl.is_native_on(plat),
                 "verified_on_hardware": ok and decl.is_verified_on(plat),
+                "source": entry.source,
             })
     return cells
 
 
+def _matrix_kernels(ktable) -> list[dict[str, Any]]:
+    return [{"name": e.decl.name, "summary": e.decl.summary, "source": e.source,
+             "impl": e.decl.impl} for e in ktable.entries]
+
+
+def _matrix_plugins(ktable) -> dict[str, Any]:
+    from kernels.kernel_table import ENTRY_POINT_GROUP
+
+    return {"group": ENTRY_POINT_GROUP, "enabled": ktable.plugins_enabled,
+            "entry_points": [{"dist": o.dist, "entry_point": o.entry_point, "value": o.value}
+                             for o in ktable.plugins],
+            "errors": [str(p) for p in ktable.problems], "status": ktable.status()}
+
+
 def _run_matrix(args: argparse.Namespace) -> int:
-    from kernels.declarations import KERNELS
+    import sys
+
+    from kernels.kernel_table import BUILTIN, BUILTIN_MODULE, kernel_table
 
     catalog = catalog_of(args)
     plat, how = _platform(args)
+    ktable = kernel_table()
+    if ktable.problems:  # one line each, no matrix: resolve would refuse every scheme
+        for p in ktable.problems:
+            print(f"registry: error: {p}", file=sys.stderr)
+        if args.json:
+            print_json({"platform": str(plat), "cells": [], "kernels": _matrix_kernels(ktable),
+                        "plugins": _matrix_plugins(ktable)})
+        return 1
     cells = matrix_cells(catalog, plat)
     if args.json:
-        print_json({"platform": str(plat), "cells": cells})
+        print_json({"platform": str(plat), "cells": cells, "kernels": _matrix_kernels(ktable),
+                    "plugins": _matrix_plugins(ktable)})
         return 0
-    names = [d.name for d in KERNELS]
+    names = [e.decl.name for e in ktable.entries]
     rows = [["scheme"] + names]
     by = {(c["scheme"], c["kernel"]): c for c in cells}
     for s in sorted(catalog.schemes):
@@ -190,6 +303,12 @@ def _run_matrix(args: argparse.Namespace) -> int:
     print("\n[...] the kernel resolve picks; native / emul: runs on MX hardware or emulates; "
           "* not verified on hardware; - rejected (`registry matrix --json` or "
           "`registry resolve NAME` says why)")
+    builtin = [e.decl.name for e in ktable.entries if e.source == BUILTIN]
+    print(f"kernel sources: {', '.join(builtin)}: {BUILTIN} ({BUILTIN_MODULE})")
+    for e in ktable.entries:
+        if e.source != BUILTIN:
+            print(f"  {e.decl.name}: {e.source}")
+    print(ktable.status())
     return 0
 
 

@@ -1,10 +1,12 @@
 """Resolution: for a contract and a platform, the kernel that implements it, and why not the others.
 
-Each candidate of the platform's ordered list (kernels.declarations.PRIORITY) goes through the
-same steps, each giving (ok, reason): disabled? -> runs on this platform? -> accepts this
-contract (declared data)? -> fits the layer's shape / dtype (when a shape is given)? The first
-full match wins. `fallback` is true when an emulated kernel won where a kernel native on this
-platform was listed first; `strict` turns that into an error. Nothing here imports torch.
+Each candidate of the platform's ordered list (kernels.kernel_table: the built-in PRIORITY of
+kernels.declarations with plugin kernels placed in it) goes through the same steps, each giving
+(ok, reason): disabled? -> runs on this platform? -> accepts this contract (declared data)? ->
+fits the layer's shape / dtype (when a shape is given)? The first full match wins. `fallback`
+is true when an emulated kernel won where a kernel native on this platform was listed first;
+`strict` turns that into an error. A broken kernel plugin makes every resolution refuse with
+the plugin's one-line error. Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ class Candidate:
     accepted: bool
     reason: str
     native: bool
+    source: str = "built-in"  # or "plugin DIST (entry point EP)" (kernels.kernel_table)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -141,7 +144,7 @@ def resolve(
     ResolutionError listing every candidate's reason when none fits, or in strict mode
     (`strict=True` or REGISTRY_STRICT=1) when the choice is a fallback or was forced.
     """
-    from kernels.declarations import KERNELS_BY_NAME, candidates_for
+    from kernels.kernel_table import kernel_table
 
     if isinstance(scheme_or_contract, Scheme):
         name, contract = scheme_or_contract.name, scheme_or_contract.contract
@@ -153,13 +156,20 @@ def resolve(
     plat = platform_of(platform)
     strict = strict or _env_strict()
     off = tuple(dict.fromkeys(list(disabled) + list(_env_disabled())))
+    label = name or str(contract)
+    table = kernel_table()
+    if table.problems:
+        res = Resolution(name, str(plat), contract, None, False, bool(force), (), off)
+        raise ResolutionError(f"cannot resolve {label} on {plat}: "
+                              + "; ".join(str(p) for p in table.problems), res)
     for k in off + ((force,) if force else ()):
-        if k not in KERNELS_BY_NAME:
-            raise ValueError(f"unknown kernel {k!r}; known kernels: {', '.join(KERNELS_BY_NAME)}")
+        if k not in table.names:
+            raise ValueError(f"unknown kernel {k!r}; known kernels: {', '.join(table.names)}")
 
-    order = candidates_for(plat)
+    order = table.candidates_for(plat)
     if force:
-        order = (KERNELS_BY_NAME[force],)
+        order = (table.entry(force).decl,)
+    sources = {e.decl.name: e.source for e in table.entries}
     results: list[Candidate] = []
     chosen: Optional[str] = None
     native_listed_before = False
@@ -170,16 +180,15 @@ def resolve(
         if ok and chosen is None:
             chosen = decl.name
             fallback = native_listed_before and not native
-            results.append(Candidate(decl.name, True, why, native))
+            results.append(Candidate(decl.name, True, why, native, sources[decl.name]))
             continue
         if chosen is not None:
             why = f"not needed: {chosen} was chosen first" if ok else why
-        results.append(Candidate(decl.name, False, why, native))
+        results.append(Candidate(decl.name, False, why, native, sources[decl.name]))
         if chosen is None and native:
             native_listed_before = True
 
     res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), tuple(results), off)
-    label = name or str(contract)
     if chosen is None:
         lines = "; ".join(f"{c.kernel}: {c.reason}" for c in results) or "no candidates"
         raise ResolutionError(f"no kernel implements {label} on {plat}: {lines}", res)

@@ -26,8 +26,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_resolve_one_human(capsys):
     code, out, _ = run(capsys, "resolve", "mxfp4", "--platform", "cuda:sm90")
     assert code == 0
-    assert "kernel      triton-dot-scaled (emulated)" in out
-    assert "->  triton-dot-scaled" in out
+    assert "kernel      triton-emulation (emulated)" in out
+    assert "->  triton-emulation" in out
     assert "dequant-weight-only  activation mxfp4:e8m0/b32:even:dynamic rejected" in out
 
 

@@ -26,6 +26,7 @@ from kernels.formats import FORMATS
 from kernels.mx import MXTensor, mx_dequantize
 from kernels.reference.packing import pack_codes
 from kernels.triton import linear_emulation as le
+from kernels.triton import linear_tiles as lt
 from kernels.triton.linear_emulation import TritonEmulationLinear, fused_linear
 from registry.contract import QuantKey, ScaleDesc, SchemeContract
 
@@ -97,6 +98,68 @@ def test_contract_matches_reference(wkey: QuantKey, akey: QuantKey | None) -> No
     assert acc.shape == (*lead, n) and acc.dtype == torch.float32
     err = rel_err(acc, want)
     assert err <= ACC_BOUND, f"{dtype} x{tuple(x.shape)} N={n} bias={bias is not None}: {err:.3g}"
+
+
+STRATEGY_CASES = [  # (strategy, M, split-K of the decode config or None)
+    ("decode", 1, 1), ("decode", 1, 3), ("decode", 5, 1), ("decode", 16, 2), ("tiled", 3, None),
+    ("tiled", 40, None), ("dequant-gemm", 2, None), ("dequant-gemm", 33, None)]
+STRATEGY_CONTRACTS = [
+    (QuantKey.mx("mxfp4", rounding="even", static=True), None),
+    (QuantKey.mx("mxfp4", rounding="even", static=True),
+     QuantKey.mx("mxfp4", rounding="even", static=False)),
+    (QuantKey.mx("mxfp6_e2m3", rounding="floor", static=True),
+     QuantKey.mx("mxfp6_e3m2", rounding="rceil", static=False)),
+    (QuantKey.mx("mxint8", rounding="even", static=True), FP8_STATIC_TENSOR_KEY)]
+
+
+@pytest.mark.parametrize("wkey,akey", STRATEGY_CONTRACTS,
+                         ids=[f"W={key_id(w)}-A={key_id(a)}" for w, a in STRATEGY_CONTRACTS])
+@pytest.mark.parametrize("strategy,m,split", STRATEGY_CASES,
+                         ids=[f"{s}-M{m}-split{p}" for s, m, p in STRATEGY_CASES])
+def test_every_strategy_matches_reference(strategy: str, m: int, split, wkey, akey) -> None:
+    """Forced strategies (and decode split-K slices) all give the oracle's numbers; dequant-gemm
+    (bf16 only) returns bf16 from its GEMM, so it is compared after the oracle's own cast."""
+    from kernels.triton.linear_decode import DecodeConfig
+
+    gen = torch.Generator().manual_seed(seed_of(strategy, m, split, wkey, akey))
+    n, k = 48, 192
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16).to(DEVICE)
+    weight = (torch.randn(n, k, generator=gen) * 0.1).to(DEVICE)
+    bias = torch.randn(n, generator=gen).to(torch.bfloat16).to(DEVICE)
+    prepared = prepare(KERNEL, weight, wkey, akey, gen, x)
+    want = reference_fp32(x, prepared, bias)
+    cfg = None if split is None else DecodeConfig(block_n=16, block_k=64, split=split, warps=1,
+                                                  stages=1)
+    if strategy == "dequant-gemm":
+        out = fused_linear(x, prepared, bias, strategy=strategy).float()
+        # one bf16 rounding of the accumulator on both sides: <= 2**-8 relative per element
+        assert rel_err(out, want.to(torch.bfloat16).float()) <= 2.0 ** -8
+        return
+    acc = fused_linear(x, prepared, bias, out_dtype=torch.float32, strategy=strategy, config=cfg)
+    assert rel_err(acc, want) <= ACC_BOUND
+    # the bf16 output is the accumulator rounded once, whichever strategy
+    out = fused_linear(x, prepared, bias, strategy=strategy, config=cfg)
+    assert torch.equal(out, acc.to(torch.bfloat16))
+
+
+def test_strategy_choice_and_refusals() -> None:
+    bf, f16 = torch.bfloat16, torch.float16
+    assert le.strategy_for(1, bf, bf, None, True) == "decode"
+    assert le.strategy_for(le.DECODE_MAX_M + 1, bf, bf, None, False) == "tiled"
+    assert le.DEQUANT_GEMM_MIN_M > le.DECODE_MAX_M
+    assert le.strategy_for(le.DEQUANT_GEMM_MIN_M, bf, bf, None, True) == "dequant-gemm"
+    assert le.strategy_for(le.DEQUANT_GEMM_MIN_M, bf, bf, None, False) == "tiled"  # no GPU
+    assert le.strategy_for(le.DEQUANT_GEMM_MIN_M, f16, f16, None, True) == "tiled"
+    fp32_bias = torch.zeros(4)
+    assert le.strategy_for(le.DEQUANT_GEMM_MIN_M, bf, bf, fp32_bias, True) == "tiled"
+    prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),
+                              SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
+                                             activation=None))
+    x = torch.randn(20, 64).to(DEVICE)
+    with pytest.raises(ValueError, match="decode needs M <= 16"):
+        fused_linear(x, prepared, strategy="decode")
+    with pytest.raises(ValueError, match="dequant-gemm strategy takes bf16"):
+        fused_linear(x.half(), prepared, strategy="dequant-gemm")
 
 
 def test_cases_cover_the_declaration() -> None:
@@ -258,8 +321,8 @@ def test_nan_and_inf_blocks(wname: str, akind: str) -> None:
 def test_compiled_dot_operands_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPU's operand type per case (the interpreter always feeds fp32): bf16 only when the
     activation has <= 8 significant bits (bf16 input, or MX-QDQ'd), tf32 for fp16 (11 bits)."""
-    monkeypatch.setattr(le, "_INTERPRETED", False)
-    monkeypatch.setattr(le, "_fp32_dot_precision_for_fp16", lambda: "tf32")
+    monkeypatch.setattr(lt, "_INTERPRETED", False)
+    monkeypatch.setattr(lt, "_fp32_dot_precision_for_fp16", lambda: "tf32")
     for dtype in DTYPES:
         assert le._dot_choice(dtype, le.ACT_MX)[0] == le.DOT_BF16
         for mode in (le.ACT_NONE, le.ACT_FP8_STATIC):

@@ -1,23 +1,17 @@
-"""One timing rule for every benchmark script: median milliseconds of a call."""
+"""One timing rule for every benchmark script: `registry.bench.median_ms`, re-exported here for
+the scripts in tools/ (`from timing import median_ms`).
+
+CUDA: events around each call, L2 flushed before each, median over ~rep_ms of calls
+(triton.testing.do_bench's rule); CPU (the interpreter, for checking the scripts' logic): one
+warm-up, then the median of three perf_counter calls.
+"""
 from __future__ import annotations
 
-import time
-from typing import Callable
+import sys
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without an install
 
-def median_ms(fn: Callable[[], object], device: str, warmup_ms: int = 100,
-              rep_ms: int = 300) -> float:
-    """CUDA: triton.testing.do_bench's median (events, warm-up, L2 flushed between calls).
-    CPU (the interpreter, for checking the scripts' logic): the median of three calls."""
-    if device == "cuda":
-        import triton.testing
+from registry.bench import graph_ms, median_ms  # noqa: E402
 
-        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
-                                             return_mode="median"))
-    fn()
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[1] * 1e3
+__all__ = ["graph_ms", "median_ms"]

@@ -1,114 +1,38 @@
-"""`triton-emulation`: one fused Triton linear kernel for every MX weight x activation contract.
+"""`triton-emulation`: every MX weight x activation contract, emulated fast on any GPU.
 
-Why one kernel: emulation is the fallback for every contract no native path takes (mxfp6 and
-mxint8 weights, mxfp6 / mxint8 / fp8-static activations, ...), so it must run them all without
-writing a dequantized weight or a fake-quantized activation to memory. Each program owns an
-[BLOCK_M, BLOCK_N] output tile and walks K in BLOCK_K steps:
-
-  activation tile [BLOCK_M, BLOCK_K] -> QDQ in registers, bit-exact with the dispatcher
-      (dynamic MX: block max over 32 K-elements via [BLOCK_M, BLOCK_K // 32, 32], shared
-      exponent, element rounding; static fp8 E4M3: true division by the per-tensor scale,
-      saturate, RNE, times the scale), then cast to x's dtype like mx_qdq / fp8_tensor_qdq do;
-  weight tile [BLOCK_N, BLOCK_K] -> codes (any layout) * 2**E in fp32, exact (0xFF: NaN);
-  tl.dot with fp32 accumulation, + bias, one cast to x's dtype (RNE) at the store.
-
-Dot operand type: the operands are always exact in it, so the result differs from the
-reference (fp32 F.linear) only by the accumulation order:
-  bf16 when the activation holds <= 8 significant bits (bf16 inputs, or any MX-QDQ'd input;
-       MX weights always do); fp32 otherwise — "tf32" for fp16 inputs (11 bits fit tf32's 11)
-       where the backend allows it, "ieee" for fp32 inputs. Values below 2**-126 (a shared
-       exponent near -127) may lose low bits in a bf16 / tf32 operand: a known gap.
-  Under TRITON_INTERPRET=1 the operands always go as fp32 ("ieee"): the triton 3.8
-  interpreter's tl.dot reads bf16 operands as their raw uint16 bits. The values fed are the
-  same exact numbers, so the interpreted result equals the compiled one up to summation order.
-
-The element bit rules come from kernels.triton.mx_codec / mx_quant helpers (reused, not copied).
+Why: emulation is the path of every contract no native kernel takes (mxfp6 and mxint8
+weights, mxfp6 / mxint8 / fp8-static activations, MX on Hopper, ...), so it must run them all,
+at every batch size, close to the bf16 speed of the same shape. One contract, three strategies
+picked by the number of activation rows M (`strategy_for`; the same numerics in each: the
+dispatcher's activation QDQ bit for bit, the weight decoded exactly, fp32 accumulation):
+  "decode"  M <= 16: linear_decode.py, one program per weight-row stripe (weight-read bound);
+  "tiled"   one fused kernel: activation QDQ + weight dequant in registers + tl.dot, nothing
+            dequantized ever reaches memory (tiles and numerics in linear_tiles.py);
+  "dequant-gemm" M >= DEQUANT_GEMM_MIN_M with bf16 activations on a GPU: the Triton QDQ of
+            the activation and a Triton dequantization of the weight to bf16 (both exact), then
+            cuBLAS bf16 GEMM (fp32 accumulation) — the extra weight pass is a few percent of a
+            compute-bound GEMM, and cuBLAS's GEMM is the fastest there is. The bf16 weight is a
+            per-call scratch tensor, never kept.
 """
 from __future__ import annotations
-
-import functools
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.activation_keys import FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
+import torch.nn.functional as F
+
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.dispatch import activation_qdq
-from kernels.formats import FORMATS, get_format
+from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_input
-from kernels.triton.mx_codec import (
-    KIND_OF_DTYPE, ROUNDING_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
-    _nan_like, _pow2, _round_value, _store_fp32, format_constexprs,
+from kernels.triton.mx_codec import KIND_OF_DTYPE, _store_fp32
+from kernels.triton import linear_decode, mx_quant
+from kernels.triton.linear_tiles import (  # noqa: F401  (re-exported for the MoE kernels)
+    ACT_FP8_STATIC, ACT_MX, ACT_NONE, DOT_BF16, DOT_FP32, _NAME, _act_tile, _dot_choice,
+    _prepare_tensors, _weight_tile,
 )
-from kernels.triton import mx_quant
-from kernels.triton.mx_quant import _load_codes, _tile_scaled
-
-_NAME = "triton-emulation"
-ACT_NONE, ACT_MX, ACT_FP8_STATIC = 0, 1, 2  # the ACT_MODE constexpr
-DOT_BF16, DOT_FP32 = 0, 1  # the DOT_KIND constexpr
-_FP8 = FORMATS["mxfp8_e4m3"]  # fp8_e4m3fn has the same element grid: max 448, subnormals 2**-9
-
-
-@triton.jit
-def _act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND: tl.constexpr,
-              ACT_MODE: tl.constexpr, A_MBITS: tl.constexpr, A_BIAS: tl.constexpr,
-              A_EMAX: tl.constexpr, A_MAX_NORMAL: tl.constexpr, A_MAXN_MANT: tl.constexpr,
-              A_MAXN_SUB: tl.constexpr, A_IS_INT: tl.constexpr, A_ROUNDING: tl.constexpr,
-              HW_CAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The activation tile [BLOCK_M, BLOCK_K] after the contract's QDQ, as fp32 values that
-    x's dtype holds exactly (the dispatcher's output, bit for bit). Masked-off entries are 0."""
-    if ACT_MODE == 1:  # dynamic MX: the same steps as mx_quant's fused QDQ kernel
-        v, e, bad, rows = _tile_scaled(x_ptr, stride_x, M, K, pid_m, kk, BLOCK_M, BLOCK_K,
-                                       IN_KIND, A_MBITS, A_EMAX, A_MAXN_MANT, A_MAXN_SUB,
-                                       A_ROUNDING)
-        # rceil scales keep |v| <= max normal: no clamp needed (as mx_quant's QDQ kernel)
-        val = _round_value(v, A_MBITS, A_BIAS, A_MAX_NORMAL, A_IS_INT, SATURATE=A_ROUNDING != 2)
-        val = val * tl.where(bad, _nan_like(e), _pow2(e))[:, :, None]  # NaN / Inf blocks: NaN
-        x = tl.reshape(val, [BLOCK_M, BLOCK_K])
-    else:
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = kk * BLOCK_K + tl.arange(0, BLOCK_K)
-        mask = (rows < M)[:, None] & (cols < K)[None, :]
-        x = _load_fp32(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :], mask,
-                       IN_KIND)
-        if ACT_MODE == 2:  # static fp8 E4M3: clamp(x / s, +-448) -> RNE -> * s
-            s = tl.load(s_ptr)
-            y = tl.div_rn(x, s)  # a true (IEEE) division, as torch's x.float() / scale
-            # _round_value saturates at +-448 (Inf too) and rounds to the E4M3 grid; a NaN
-            # must stay NaN (the min inside it would drop it on a GPU).
-            q = _round_value(y, A_MBITS, A_BIAS, A_MAX_NORMAL, A_IS_INT)
-            x = tl.where(x != x, x, q * s)
-    if ACT_MODE != 0:  # the QDQ result is cast to x's dtype (RNE), as the dispatcher does
-        if IN_KIND == 1:  # HW_CAST: the GPU's RNE convert; the interpreter's cast truncates
-            if HW_CAST:
-                x = x.to(tl.bfloat16).to(tl.float32)
-            else:
-                x = (_fp32_to_bf16_bits(x).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        elif IN_KIND == 2:
-            x = x.to(tl.float16).to(tl.float32)
-    return x
-
-
-@triton.jit
-def _weight_tile(data_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk,
-                 W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
-                 W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The dequantized weight tile [BLOCK_N, BLOCK_K] in fp32: code value * 2**E (exact);
-    a scale byte 0xFF makes its block NaN. Masked-off entries are 0."""
-    NB: tl.constexpr = BLOCK_K // 32
-    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    codes = _load_codes(data_ptr, stride_d, rows, kk, N, K, W_BITS, W_PACK, BLOCK_N, BLOCK_K)
-    blk = kk * NB + tl.arange(0, NB)
-    sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
-                    mask=(rows < N)[:, None] & (blk < K // 32)[None, :], other=0).to(tl.int32)
-    val = _decode(tl.reshape(codes, [BLOCK_N, NB, 32]), W_MBITS, W_BIAS, W_BITS, W_IS_INT,
-                  W_SPECIALS)
-    scale = tl.where(sbyte == 255, _nan_like(sbyte), _pow2(tl.minimum(sbyte, 254) - 127))
-    val = val * scale[:, :, None]  # a NaN scale (byte 0xFF) makes the whole block NaN
-    return tl.reshape(val, [BLOCK_N, BLOCK_K])
 
 
 @triton.jit
@@ -147,81 +71,50 @@ def _emulated_linear_kernel(
 
 # ----------------------------------------------------------------------------- launch set-up
 _INTERPRETED = mx_quant._INTERPRETED
-SMALL_M = 16  # M <= SMALL_M takes the decode tile
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); BLOCK_K a multiple of 64 keeps fp4 bytes
-# and fp6 words whole. Untuned first choices; GPU tuning is a later issue.
-GPU_TILES = {"small": (16, 64, 128, 4, 3), "large": (64, 128, 64, 4, 3)}
+DECODE_MAX_M = 16  # M <= this: the decode strategy
+# M >= this (bf16 on a GPU): dequantize + cuBLAS. On the H200 it beat the tiled kernel from
+# M = 16 up (e.g. 90 vs 127 us at M = 128, 0.80 vs 2.3 ms at M = 4096, N = K = 8192).
+DEQUANT_GEMM_MIN_M = DECODE_MAX_M + 1
+STRATEGIES = ("decode", "tiled", "dequant-gemm")
+# Tiled kernel (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); BLOCK_K a multiple of 64 keeps
+# fp4 bytes and fp6 words whole. H200 measurements: docs/benchmarks.md.
+GPU_TILE = (64, 128, 64, 4, 3)
 # Interpreter: small tiles so the tests cover N, K and M tails and the K loop.
-INTERPRETER_TILES = {"small": (16, 32, 64, 1, 1), "large": (32, 32, 64, 1, 1)}
-
-
-@functools.cache
-def _fp32_dot_precision_for_fp16() -> str:
-    """'tf32' (exact for fp16 values) where the backend offers it, else 'ieee'."""
-    if _INTERPRETED:
-        return "ieee"
-    target = triton.runtime.driver.active.get_current_target()
-    if target.backend == "cuda" or (target.backend == "hip" and target.arch == "gfx942"):
-        return "tf32"
-    return "ieee"
-
-
-def _dot_choice(in_dtype: torch.dtype, act_mode: int) -> tuple[int, str]:
-    """(DOT_KIND, DOT_PRECISION) whose operand type holds both operands exactly."""
-    if _INTERPRETED:
-        return DOT_FP32, "ieee"
-    if in_dtype == torch.bfloat16 or act_mode == ACT_MX:
-        return DOT_BF16, "ieee"  # precision unused for bf16 operands
-    if in_dtype == torch.float16:
-        return DOT_FP32, _fp32_dot_precision_for_fp16()
-    return DOT_FP32, "ieee"
-
-
-def _prepare_tensors(prepared: PreparedWeight) -> dict:
-    """Kernel-ready weight tensors and constexprs of a prepared weight (built once)."""
-    weight = prepared.weight
-    key = prepared.contract.activation
-    pack = mx_quant._pack_code(weight.elem_format, weight.layout)
-    data = weight.data.contiguous()
-    if pack == 2:  # mx_quant's fp6 packed reader takes little-endian int32 words
-        try:
-            data = data.view(torch.int32)
-        except RuntimeError:  # storage offset not word aligned: a dense copy is
-            data = data.clone().view(torch.int32)
-    consts = {f"W_{k}": v for k, v in format_constexprs(weight.elem_format).items()
-              if k in ("MBITS", "BIAS", "BITS", "IS_INT", "SPECIALS")}
-    consts["W_PACK"] = pack
-    act_scale = None
-    if key is None:
-        mode, act_fmt, rounding = ACT_NONE, _FP8, 0  # activation constexprs unused
-    elif key in MX_DYNAMIC_KEYS:
-        mode, act_fmt, rounding = ACT_MX, get_format(key.format), ROUNDING_CODE[key.scale.rounding]
-    elif key == FP8_STATIC_TENSOR_KEY:
-        mode, act_fmt, rounding = ACT_FP8_STATIC, _FP8, 0
-        if prepared.act_scale is None:
-            raise ValueError(f"{_NAME}: activation key {key} is static but the prepared weight "
-                             "has no act_scale; prepare it with act_scale= or calibration=")
-        act_scale = prepared.act_scale.to(device=data.device, dtype=torch.float32).reshape(1)
-    else:
-        activation_qdq(key)  # raises UnknownActivationKey for a key the dispatcher lacks
-        raise ValueError(f"{_NAME}: no in-kernel QDQ for activation key {key}; this kernel "
-                         "implements dynamic MX keys and fp8_e4m3:fp32/tensor:static only")
-    fc = format_constexprs(act_fmt)
-    consts.update({f"A_{k}": fc[k] for k in ("MBITS", "BIAS", "EMAX", "MAX_NORMAL", "MAXN_MANT",
-                                               "MAXN_SUB", "IS_INT")})
-    consts.update(A_ROUNDING=rounding, ACT_MODE=mode)
-    return {"data": data, "scales": weight.scales.contiguous(), "act_scale": act_scale,
-            "consts": consts}
-
+INTERPRETER_TILE = (32, 32, 64, 1, 1)
 
 _CACHE_KEY = "triton_emulation"
 
 
+def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Tensor | None,
+                 on_gpu: bool) -> str:
+    """Which of STRATEGIES runs M activation rows (all three give the same numerics)."""
+    if m <= DECODE_MAX_M:
+        return "decode"
+    if (m >= DEQUANT_GEMM_MIN_M and on_gpu and x_dtype == out_dtype == torch.bfloat16
+            and (bias is None or bias.dtype == torch.bfloat16)):
+        return "dequant-gemm"
+    return "tiled"
+
+
+def _check_bias(bias: Tensor | None, n: int, device: torch.device) -> None:
+    if bias is None:
+        return
+    if not isinstance(bias, Tensor) or tuple(bias.shape) != (n,):
+        got = tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__
+        raise ValueError(f"{_NAME}: bias must be a 1-D tensor of out_features={n} elements, "
+                         f"got {got}")
+    if not bias.is_floating_point() or bias.device != device:
+        raise ValueError(f"{_NAME}: bias must be a float tensor on {device}, got "
+                         f"{bias.dtype} on {bias.device}")
+
+
 def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None, *,
-                 out_dtype: torch.dtype | None = None) -> Tensor:
+                 out_dtype: torch.dtype | None = None, strategy: str | None = None,
+                 config: object = None) -> Tensor:
     """x [..., K] -> [..., N] in `out_dtype` (default x's dtype): the contract's activation QDQ,
-    weight dequant and matmul (fp32 accumulation, + bias) in one kernel launch. out_dtype
-    fp32 exposes the accumulator before the final cast (used by the tests)."""
+    weight dequant and matmul (fp32 accumulation, + bias). out_dtype fp32 exposes the
+    accumulator before the final cast (used by the tests); `strategy` / `config` override the
+    measured choice (tests and tools/tune_linear.py)."""
     check_input(x, prepared, _NAME)
     out_dtype = x.dtype if out_dtype is None else out_dtype
     if out_dtype not in KIND_OF_DTYPE:
@@ -238,22 +131,46 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     if k > 1 and x2d.stride(1) != 1:
         x2d = x2d.contiguous()
     m = x2d.shape[0]
-    out = torch.empty((m, n), dtype=out_dtype, device=x.device)
-    if bias is not None:
-        if not isinstance(bias, Tensor) or tuple(bias.shape) != (n,):
-            got = tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__
-            raise ValueError(f"{_NAME}: bias must be a 1-D tensor of out_features={n} elements, "
-                             f"got {got}")
-        if not bias.is_floating_point() or bias.device != x.device:
-            raise ValueError(f"{_NAME}: bias must be a float tensor on {x.device}, got "
-                             f"{bias.dtype} on {bias.device}")
-        bias = bias.to(torch.float32).contiguous()
+    _check_bias(bias, n, x.device)
     if m == 0:
-        return out.view(*lead, n)
+        return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
+    chosen = strategy or strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED)
+    if chosen not in STRATEGIES or (chosen == "decode" and m > DECODE_MAX_M):
+        raise ValueError(f"{_NAME}: strategy {chosen!r} cannot run M={m}; one of {STRATEGIES} "
+                         f"(decode needs M <= {DECODE_MAX_M})")
+    if chosen == "dequant-gemm":
+        if not (x.dtype == out_dtype == torch.bfloat16
+                and (bias is None or bias.dtype == torch.bfloat16)):
+            raise ValueError(f"{_NAME}: the dequant-gemm strategy takes bf16 x, output and bias "
+                             f"only (got x {x.dtype}, out {out_dtype}); use 'tiled'")
+        return _dequant_gemm(x2d, prepared, bias).view(*lead, n)
+    out = torch.empty((m, n), dtype=out_dtype, device=x.device)
+    bias32 = None if bias is None else bias.to(torch.float32).contiguous()
     consts = dict(cached["consts"])
     dot_kind, precision = _dot_choice(x.dtype, consts["ACT_MODE"])
-    tiles = INTERPRETER_TILES if _INTERPRETED else GPU_TILES
-    bm, bn, bk, warps, stages = tiles["small" if m <= SMALL_M else "large"]
+    launch = dict(dot_kind=dot_kind, precision=precision, hw_cast=not _INTERPRETED,
+                  in_kind=KIND_OF_DTYPE[x.dtype], out_kind=KIND_OF_DTYPE[out_dtype])
+    if chosen == "decode":
+        cfg = config or linear_decode.default_config(m, prepared.weight.elem_format.bits,
+                                                     _INTERPRETED)
+        if m > 1 and consts["ACT_MODE"] != ACT_NONE:
+            # QDQ the few rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel
+            # one) instead of once per weight stripe: every program would redo all M x K
+            x2d = activation_qdq(prepared.contract.activation, backend="triton")(
+                x2d, prepared.act_scale)
+            consts["ACT_MODE"] = ACT_NONE
+        linear_decode.launch_decode(x2d, out, cached, bias32, consts, config=cfg, **launch)
+    else:
+        _launch_tiled(x2d, out, cached, bias32, consts, config, **launch)
+    return out.view(*lead, n)
+
+
+def _launch_tiled(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
+                  tile: tuple | None, dot_kind: int, precision: str, hw_cast: bool,
+                  in_kind: int, out_kind: int) -> None:
+    m, k = x2d.shape
+    n = out.shape[1]
+    bm, bn, bk, warps, stages = tile or (INTERPRETER_TILE if _INTERPRETED else GPU_TILE)
     scale = cached["act_scale"]
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     data, scales = cached["data"], cached["scales"]
@@ -261,11 +178,19 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
         mx_quant._bits_view(x2d), data, scales, scale if scale is not None else scales,
         bias if bias is not None else scales, mx_quant._bits_view(out), m, n, k,
         x2d.stride(0), data.stride(0), scales.stride(0), out.stride(0),
-        IN_KIND=KIND_OF_DTYPE[x.dtype], OUT_KIND=KIND_OF_DTYPE[out_dtype],
-        HAS_BIAS=bias is not None, DOT_KIND=dot_kind, DOT_PRECISION=precision,
-        HW_CAST=not _INTERPRETED,
+        IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
+        DOT_PRECISION=precision, HW_CAST=hw_cast,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, **consts)
-    return out.view(*lead, n)
+
+
+def _dequant_gemm(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None) -> Tensor:
+    """bf16 only: Triton QDQ of x and dequantization of W (exact in bf16), cuBLAS GEMM."""
+    xq = x2d
+    key = prepared.contract.activation
+    if key is not None:
+        xq = activation_qdq(key, backend="triton")(x2d, prepared.act_scale)
+    w = mx_dequantize(prepared.weight, torch.bfloat16, backend="triton")
+    return F.linear(xq, w, bias)
 
 
 class TritonEmulationLinear(LinearKernel):

@@ -1,0 +1,233 @@
+"""Public MoE layer: E experts with MX weights, top-k routing, one activation contract.
+
+`MXGroupedExperts` holds E expert weights [E, N, K] as ONE stacked MXTensor (codes
+[E, N, K-bytes] + e8m0 scales [E, N, K / 32]) and a scheme contract shared by every expert:
+the weight key and the activation key (None: weight-only), exactly as a linear layer. The
+activation QDQ is the activation-QDQ dispatcher's (kernels.dispatch.activation_qdq): the
+reference calls it, the Triton kernel reproduces it bit for bit with the linear kernel's jit
+helpers; a key the dispatcher does not know is an UnknownActivationKey when the layer is built,
+never a silent pass-through (the vLLM bug where mxfp6 activation QDQ was skipped).
+
+    out[t] = sum_k  w[t, k] * (QDQ(x[t]) @ W[ids[t, k]].T)      # fp32, one cast at the end
+
+One expert is one linear layer; a SwiGLU expert MLP is three of these layers (gate, up, down).
+Routing (kernels.reference.moe.route): top-k of the router logits; `renormalize=True` gives the
+softmax over the top-k logits (weights sum to 1), False the full softmax read at the top-k.
+Backends: "reference" (pure torch, any device), "triton" (one grouped launch; CPU only under
+TRITON_INTERPRET=1), "auto" (triton for CUDA / ROCm tensors, else reference).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from kernels.base import _static_scale
+from kernels.dispatch import activation_qdq
+from kernels.formats import BLOCK, FORMATS
+from kernels.mx import FLOAT_DTYPES, MXTensor, mx_quantize
+from kernels.reference.moe import check_routing, grouped_experts_reference, route
+from registry.contract import Scheme, SchemeContract
+
+BACKENDS: tuple[str, ...] = ("auto", "reference", "triton")
+SchemeLike = str | Scheme | SchemeContract
+ExpertWeights = Tensor | MXTensor | Sequence[MXTensor]
+_WHERE = "MXGroupedExperts"
+
+
+def _contract_of(scheme: SchemeLike) -> SchemeContract:
+    if isinstance(scheme, SchemeContract):
+        return scheme
+    if isinstance(scheme, Scheme):
+        return scheme.contract
+    if isinstance(scheme, str):
+        from registry.catalog import load_schemes  # only when a name is given
+
+        return load_schemes().get(scheme).contract
+    raise TypeError(f"{_WHERE}: scheme must be a scheme name, a registry Scheme or a "
+                    f"SchemeContract, got {type(scheme).__name__}")
+
+
+def _check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"{_WHERE}: unknown backend {backend!r}; valid backends: "
+                         f"{', '.join(BACKENDS)}")
+    return backend
+
+
+def _stack_experts(weights: ExpertWeights, contract: SchemeContract,
+                   layout: str | None) -> MXTensor:
+    """One MXTensor [E, N, K] in the contract's weight format and rounding."""
+    wkey = contract.weight
+    if wkey.format not in FORMATS:
+        raise ValueError(f"{_WHERE}: the weight key {wkey} is not an MX format; expert weights "
+                         f"must be one of {', '.join(FORMATS)}")
+    if isinstance(weights, Tensor):
+        if weights.dim() != 3 or 0 in weights.shape:
+            raise ValueError(f"{_WHERE}: float expert weights must be 3-D [experts, N, K], got "
+                             f"shape {tuple(weights.shape)}")
+        if weights.dtype not in FLOAT_DTYPES:
+            raise ValueError(f"{_WHERE}: expert weights have dtype {weights.dtype}; pass float32, "
+                             "bfloat16 or float16 (or MXTensors)")
+        if weights.shape[2] % BLOCK:
+            raise ValueError(f"{_WHERE}: expert weights [E, N, K] = {tuple(weights.shape)} have "
+                             f"K={weights.shape[2]}, not a multiple of {BLOCK}; pad K")
+        return mx_quantize(weights, wkey.format, rounding=wkey.scale.rounding, layout=layout)
+    if isinstance(weights, MXTensor):
+        stacked = weights
+    elif isinstance(weights, (list, tuple)) and weights and \
+            all(isinstance(w, MXTensor) for w in weights):
+        first = weights[0]
+        for i, w in enumerate(weights):
+            if len(w.shape) != 2 or (w.fmt, w.rounding, w.layout, w.shape) != \
+                    (first.fmt, first.rounding, first.layout, first.shape):
+                raise ValueError(f"{_WHERE}: expert {i} is {w.fmt}/{w.rounding}/{w.layout} "
+                                 f"{tuple(w.shape)} but expert 0 is {first.fmt}/{first.rounding}/"
+                                 f"{first.layout} {tuple(first.shape)}; every expert needs one "
+                                 "2-D [N, K] shape, format, rounding and layout")
+        stacked = MXTensor(torch.stack([w.data for w in weights]),
+                           torch.stack([w.scales for w in weights]), first.fmt, first.rounding,
+                           torch.Size((len(weights), *first.shape)), first.layout)
+    else:
+        raise TypeError(f"{_WHERE}: weights must be a float tensor [E, N, K], an MXTensor "
+                        f"[E, N, K] or a list of MXTensors [N, K], got {type(weights).__name__}")
+    if len(stacked.shape) != 3:
+        raise ValueError(f"{_WHERE}: the expert MXTensor must be 3-D [experts, N, K], got shape "
+                         f"{tuple(stacked.shape)}")
+    if stacked.fmt != wkey.format or stacked.rounding != wkey.scale.rounding:
+        raise ValueError(f"{_WHERE}: expert weights are {stacked.fmt}/{stacked.rounding} but the "
+                         f"contract's weight key is {wkey}; quantize them with the scheme's "
+                         "format and rounding")
+    return stacked
+
+
+class MXGroupedExperts(nn.Module):
+    """E MX experts [N, K] behind top-k routing; forward(x [..., K], router_logits [..., E],
+    top_k) -> [..., N] in x's dtype. Built from float weights [E, N, K] (quantized here with
+    the scheme's weight key), an MXTensor [E, N, K] or a list of E MXTensors [N, K].
+
+    Static activation keys (fp8 per tensor) take `act_scale` (the checkpoint's input scale,
+    shared by all experts) or `calibration` (a sample batch of activations)."""
+
+    def __init__(self, weights: ExpertWeights, scheme: SchemeLike, *, backend: str = "auto",
+                 act_scale: Tensor | float | None = None, calibration: Tensor | None = None,
+                 renormalize: bool = True, layout: str | None = None) -> None:
+        super().__init__()
+        self.contract = _contract_of(scheme)
+        self.backend = _check_backend(backend)
+        self.renormalize = bool(renormalize)
+        if self.contract.activation is not None:
+            activation_qdq(self.contract.activation)  # UnknownActivationKey: fail at build time
+        mx = _stack_experts(weights, self.contract, layout)
+        self.fmt, self.rounding, self.layout = mx.fmt, mx.rounding, mx.layout
+        self.num_experts, self.out_features, self.in_features = mx.shape
+        self.register_buffer("weight_data", mx.data)
+        self.register_buffer("weight_scales", mx.scales)
+        scale = _static_scale(self.contract, act_scale, calibration)
+        self.register_buffer("act_scale", scale)
+        self._triton_cache: dict = {}
+
+    @property
+    def weight(self) -> MXTensor:
+        """The stacked expert weights [E, N, K] (views of the module's buffers)."""
+        return MXTensor(self.weight_data, self.weight_scales, self.fmt, self.rounding,
+                        torch.Size((self.num_experts, self.out_features, self.in_features)),
+                        self.layout)
+
+    def extra_repr(self) -> str:
+        return (f"experts={self.num_experts}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, contract={self.contract}, "
+                f"backend={self.backend}, renormalize={self.renormalize}")
+
+    def forward(self, x: Tensor, router_logits: Tensor, top_k: int, *,
+                out_dtype: torch.dtype | None = None) -> Tensor:
+        """Route by the logits (kernels.reference.moe.route), then run the experts."""
+        x2d, lead = self._check_x(x)
+        if not isinstance(router_logits, Tensor) or router_logits.dim() == 0 or \
+                router_logits.shape[-1] != self.num_experts:
+            got = tuple(router_logits.shape) if isinstance(router_logits, Tensor) else \
+                type(router_logits).__name__
+            raise ValueError(f"{_WHERE}: router_logits {got} must end in the number of experts "
+                             f"E={self.num_experts}")
+        if router_logits.shape[:-1] != lead:
+            raise ValueError(f"{_WHERE}: router_logits {tuple(router_logits.shape)} and x "
+                             f"{tuple(x.shape)} must share the token dims {tuple(lead)}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or \
+                not 1 <= top_k <= self.num_experts:
+            raise ValueError(f"{_WHERE}: top_k={top_k!r} must be an int in [1, "
+                             f"{self.num_experts}] (the number of experts)")
+        ids, weights = route(router_logits.reshape(-1, self.num_experts), top_k,
+                             renormalize=self.renormalize)
+        return self._run(x2d, ids, weights, out_dtype).view(*lead, self.out_features)
+
+    def forward_routed(self, x: Tensor, topk_ids: Tensor, topk_weights: Tensor, *,
+                       out_dtype: torch.dtype | None = None) -> Tensor:
+        """Run the experts for routing computed elsewhere: ids / weights [..., top_k]."""
+        x2d, lead = self._check_x(x)
+        tokens = x2d.shape[0]
+        for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+            if not isinstance(t, Tensor) or t.dim() == 0 or t.shape[:-1] != lead:
+                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(f"{_WHERE}: {name} {got} must be [{', '.join(map(str, lead))}"
+                                 f"{', ' if lead else ''}top_k] (x's token dims, then top_k)")
+        ids, weights = check_routing(topk_ids.reshape(tokens, -1), topk_weights.reshape(tokens, -1),
+                                     tokens, self.num_experts)
+        return self._run(x2d, ids.to(x.device), weights.to(x.device),
+                         out_dtype).view(*lead, self.out_features)
+
+    # ------------------------------------------------------------------------- internals
+    def _check_x(self, x: Tensor) -> tuple[Tensor, torch.Size]:
+        if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[-1] != self.in_features:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{_WHERE}: x {got} must end in in_features K={self.in_features}")
+        if x.dtype not in FLOAT_DTYPES:
+            raise ValueError(f"{_WHERE}: x has dtype {x.dtype}; pass float32, bfloat16 or "
+                             "float16 activations")
+        if x.device != self.weight_data.device:
+            raise ValueError(f"{_WHERE}: x is on {x.device} but the expert weights on "
+                             f"{self.weight_data.device}; move them to one device (module.to)")
+        return x.reshape(-1, self.in_features), x.shape[:-1]
+
+    def _run(self, x2d: Tensor, ids: Tensor, weights: Tensor,
+             out_dtype: torch.dtype | None) -> Tensor:
+        if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
+            raise ValueError(f"{_WHERE}: out_dtype {out_dtype} is not float32, bfloat16 or "
+                             "float16")
+        backend = self.backend
+        if backend == "auto":
+            backend = "triton" if x2d.is_cuda else "reference"  # ROCm reports "cuda" too
+        args = (x2d, self.weight, self.contract.activation, self.act_scale, ids, weights,
+                out_dtype)
+        if backend == "reference":
+            return grouped_experts_reference(*args)
+        module = _triton_module(x2d.device)
+        key = (self.weight_data.data_ptr(), str(x2d.device))
+        consts = self._triton_cache.get(key)
+        if consts is None:  # once per weight storage: the constexprs and kernel-ready views
+            self._triton_cache.clear()
+            consts = self._triton_cache.setdefault(key, module.kernel_constexprs(
+                self.weight, self.contract.activation, self.act_scale))
+        return module.grouped_experts_triton(*args, constexprs=consts)
+
+
+def _triton_module(device: torch.device):
+    """kernels.triton.moe_grouped, or a one-line error saying why Triton cannot run here."""
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"{_WHERE}: backend='triton' got a CPU tensor; Triton runs on CPU only "
+                         "in its interpreter: set TRITON_INTERPRET=1 before importing "
+                         "kernels.triton, move the layer to a GPU, or use backend='reference'")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{_WHERE}: backend='triton' needs a CUDA / ROCm tensor, got {device}; "
+                         "use backend='reference'")
+    try:
+        return importlib.import_module("kernels.triton.moe_grouped")
+    except ImportError as error:
+        raise ImportError(f"{_WHERE}: backend='triton' could not import "
+                          f"kernels.triton.moe_grouped ({error}); install triton, or use "
+                          "backend='reference'") from error
+
+
+__all__ = ["BACKENDS", "MXGroupedExperts"]

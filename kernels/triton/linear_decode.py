@@ -1,0 +1,139 @@
+"""The small-M ("decode") strategy of `triton-emulation`: M <= 16 rows, weight-read bound.
+
+Why a separate kernel: with one to sixteen activation rows the time is the weight read, so each
+program owns a stripe of BLOCK_N weight rows (and, with split-K, a slice of K) instead of an
+[M, N] output tile: every weight byte is read once, the activation (tiny) is re-read and
+re-quantized per program in registers. Two inner products:
+  FMA (M == 1): acc[BLOCK_N] += sum_k w * x per K tile — no tensor cores, one fp32 FMA per
+      weight element;
+  DOT (M <= 16): out^T = W @ QDQ(x)^T with the weight tile as the dot's left operand (the
+      "swap AB" trick: BLOCK_N fills the MMA's 64-row side, the rows of x its 16-wide side).
+Split-K (SPLIT > 1) writes fp32 partials [SPLIT, M, N] that the host sums in a fixed order, so
+results are deterministic (no atomics).
+
+Numerics are those of the fused tile kernel (linear_emulation.py): the same activation tile QDQ
+(`_act_tile`) and weight decode (`_weight_tile`), fp32 accumulation; only the summation order
+differs from the reference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.triton.mx_codec import _store_fp32
+from kernels.triton.mx_quant import _bits_view
+from kernels.triton.linear_tiles import _act_tile, _weight_tile
+
+
+@triton.jit
+def _decode_linear_kernel(
+        x_ptr, w_data_ptr, w_scale_ptr, s_ptr, bias_ptr, out_ptr, M, N, K, TILES_PER_SPLIT,
+        stride_x, stride_wd, stride_ws, stride_o, stride_split,
+        IN_KIND: tl.constexpr, OUT_KIND: tl.constexpr, HAS_BIAS: tl.constexpr,
+        ACT_MODE: tl.constexpr, A_MBITS: tl.constexpr, A_BIAS: tl.constexpr,
+        A_EMAX: tl.constexpr, A_MAX_NORMAL: tl.constexpr, A_MAXN_MANT: tl.constexpr,
+        A_MAXN_SUB: tl.constexpr, A_IS_INT: tl.constexpr, A_ROUNDING: tl.constexpr,
+        W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
+        W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
+        DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
+        USE_DOT: tl.constexpr, SPLIT: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    k_lo = pid_s * TILES_PER_SPLIT
+    k_hi = tl.minimum(k_lo + TILES_PER_SPLIT, tl.cdiv(K, BLOCK_K))
+    if USE_DOT:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for kk in range(k_lo, k_hi):
+        a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, kk, IN_KIND, ACT_MODE, A_MBITS,
+                      A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
+                      A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
+        w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
+                         W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, BLOCK_N,
+                         BLOCK_K)
+        if USE_DOT:
+            if DOT_KIND == 0:
+                acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
+            else:
+                acc = tl.dot(w, tl.trans(a), acc, input_precision=DOT_PRECISION)
+        else:
+            acc1 += tl.sum(w * a, axis=1)  # a is [1, BLOCK_K]: broadcast over weight rows
+    if not USE_DOT:
+        acc = tl.reshape(acc1, [BLOCK_N, BLOCK_M])
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output features (acc's rows)
+    rows = tl.arange(0, BLOCK_M)  # activation rows (acc's columns)
+    mask = (cols < N)[:, None] & (rows < M)[None, :]
+    if SPLIT == 1:
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[:, None]
+        _store_fp32(out_ptr + rows.to(tl.int64)[None, :] * stride_o + cols[:, None], acc, mask,
+                    OUT_KIND, HW_CAST)
+    else:  # fp32 partial of this K slice; the host adds the slices in order
+        ptrs = out_ptr + pid_s * stride_split + rows.to(tl.int64)[None, :] * stride_o
+        tl.store(ptrs + cols[:, None], acc, mask=mask)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    block_n: int
+    block_k: int
+    split: int  # K slices (1: no split-K)
+    warps: int
+    stages: int
+
+
+def default_config(m: int, weight_bits: int, interpreted: bool) -> DecodeConfig:
+    """The measured choice (docs/benchmarks.md); small tiles under the interpreter."""
+    if interpreted:
+        return DecodeConfig(block_n=16, block_k=64, split=2, warps=1, stages=1)
+    if m > 1 and weight_bits == 8:
+        return GPU_DOT_CONFIG_8BIT
+    return GPU_DECODE_CONFIG
+
+
+# H200, triton 3.6, 2026-11-29 (tools/tune_linear.py, docs/benchmarks.md): of 12 configs at
+# N = K = 8192 this one was fastest or within 3 % for M = 1 and for M = 16 with <= 6-bit weights;
+# 8-bit weights at M = 16 prefer more programs (split-K 4).
+GPU_DECODE_CONFIG = DecodeConfig(block_n=32, block_k=512, split=1, warps=4, stages=3)
+GPU_DOT_CONFIG_8BIT = DecodeConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
+
+
+def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
+                  dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
+                  config: DecodeConfig) -> Tensor:
+    """Run the decode kernel for x2d [M <= 16, K] into `out` [M, N] (x's dtype or fp32)."""
+    m, k = x2d.shape
+    n = out.shape[1]
+    data, scales = cached["data"], cached["scales"]
+    scale = cached["act_scale"]
+    tiles = triton.cdiv(k, config.block_k)
+    split = max(1, min(config.split, tiles))
+    per_split = triton.cdiv(tiles, split)
+    split = triton.cdiv(tiles, per_split)
+    use_dot = m > 1
+    block_m = 16 if use_dot else 1
+    target = _bits_view(out)
+    if split > 1:
+        target = torch.empty((split, m, n), dtype=torch.float32, device=x2d.device)
+    grid = (triton.cdiv(n, config.block_n), split)
+    _decode_linear_kernel[grid](
+        _bits_view(x2d), data, scales, scale if scale is not None else scales,
+        bias if bias is not None else scales, target, m, n, k, per_split,
+        x2d.stride(0), data.stride(0), scales.stride(0), target.stride(-2),
+        target.stride(0) if split > 1 else 0,
+        IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
+        DOT_PRECISION=precision, HW_CAST=hw_cast, USE_DOT=use_dot, SPLIT=split,
+        BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+        num_warps=config.warps, num_stages=config.stages, **consts)
+    if split > 1:
+        total = target.sum(dim=0)  # a fixed-order reduction: deterministic
+        if bias is not None:
+            total += bias
+        out.copy_(total)  # one RNE cast to the output dtype
+    return out

@@ -1,0 +1,502 @@
+"""`registry resolve --from-config` and `registry.hf_config.schemes_from_config`.
+
+Fixtures (tests/fixtures/hf_configs, each citing its model / source in `_comment`):
+  quark_mxfp4_w4a4.json                 amd/DeepSeek-R1-MXFP4-Preview-style Quark export (spec
+                                        fields of vLLM's Quark MXFP4 test config)
+  quark_w_mxfp6_e3m2_a_mxfp6_e3m2.json  fxmarty/qwen1.5_moe_a2.7b_chat_w_fp6_e3m2_a_fp6_e3m2
+  quark_w_mxfp4_a_mxfp6_e2m3.json       fxmarty/qwen1.5_moe_a2.7b_chat_w_fp4_a_fp6_e2m3
+  quark_mixed_layers.json               layer_quant_config mix (AMD's MXFP4/MXFP6 blog)
+  quark_w_mxfp4_a_fp8.json              bare quantization_config, vLLM QuarkW4A8_MXFP4_FP8 specs
+  ct_mxfp4a16.json                      nm-testing/Qwen3-30B-A3B-MXFP4A16 (llm-compressor preset)
+  ct_mxfp4_w4a4.json                    llm-compressor preset MXFP4 (W4A4)
+  ct_text_config_experts.json           Kimi K3 layout (text_config.quantization_config)
+  broken_*.json                         one failure each
+The expected schemes below are written by hand from the fixtures, not computed.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from registry.catalog import load_schemes
+from registry.cli import main
+from registry.errors import display_path
+from registry.hf_config import (ConfigError, group_for_module, nearest_scheme,
+                                schemes_from_config)
+from registry.hf_quark import read_spec
+from registry.resolve import resolve
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+GLOBAL = "quantization_config.global_quant_config"
+LAYER = "quantization_config.layer_quant_config"
+GROUP0 = 'quantization_config.config_groups["group_0"]'
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- every fixture maps to the schemes written here by hand ------------------------------------
+
+EXPECTED = {
+    "quark_mxfp4_w4a4.json": (
+        {GLOBAL: "w_mxfp4_a_mxfp4"},
+        ["lm_head", "re:.*mlp.gate$", "re:model.layers.61.*", "re:.*self_attn.*"]),
+    "quark_w_mxfp6_e3m2_a_mxfp6_e3m2.json": (
+        {GLOBAL: "w_mxfp6_e3m2_a_mxfp6_e3m2"},
+        ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]),
+    "quark_w_mxfp4_a_mxfp6_e2m3.json": (
+        {GLOBAL: "w_mxfp4_a_mxfp6_e2m3"},
+        ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]),
+    "quark_mixed_layers.json": (
+        {GLOBAL: "w_mxfp4_a_mxfp4",
+         f'{LAYER}["*self_attn*"]': "w_mxfp8_e4m3_a_mxfp8_e4m3",
+         f'{LAYER}["*.mlp.experts.*"]': "w_mxfp4_a_mxfp6_e3m2",
+         f'{LAYER}["*.mlp.shared_expert.*"]': "w_mxfp6_e2m3"},
+        ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]),
+    "quark_w_mxfp4_a_fp8.json": ({"global_quant_config": "w_mxfp4_a_fp8"}, ["lm_head"]),
+    "ct_mxfp4a16.json": ({GROUP0: "w_mxfp4"}, ["lm_head", "re:.*mlp.gate$"]),
+    "ct_mxfp4_w4a4.json": ({GROUP0: "w_mxfp4_a_mxfp4"}, ["lm_head", "re:.*mlp.gate$"]),
+    "ct_text_config_experts.json": (
+        {"text_config." + GROUP0: "w_mxfp4"},
+        ["re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*",
+         "re:.*lm_head.*", "re:.*vision_tower.*", "re:.*mm_projector.*"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_maps_to_expected_schemes(name):
+    schemes, excluded = EXPECTED[name]
+    groups = schemes_from_config(FIXTURES / name)
+    mapped = {g.path: g.scheme.name for g in groups if g.scheme is not None}
+    assert mapped == schemes
+    assert [g.error for g in groups if g.error] == []
+    listed = [g for g in groups if g.status == "not quantized"]
+    assert [g.targets[0] for g in listed] == excluded
+    word = "ignore" if name.startswith("ct_") else "exclude"
+    assert all(g.note == f"not quantized ({word} pattern {g.targets[0]})" for g in listed)
+    for g in groups:  # the contract the group read equals the scheme's, not just its name
+        if g.scheme is not None:
+            assert g.contract == g.scheme.contract
+
+
+def test_inputs_dict_directory_and_bare(tmp_path):
+    data = fixture("quark_mxfp4_w4a4.json")
+    by_dict = schemes_from_config(data)
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    by_dir = schemes_from_config(tmp_path)
+    bare = schemes_from_config(data["quantization_config"])
+    assert by_dict[0].source == "<config dict>" and by_dir[0].source.endswith("config.json")
+    assert [g.scheme.name for g in by_dict if g.scheme] == ["w_mxfp4_a_mxfp4"]
+    assert [g.scheme for g in by_dir] == [g.scheme for g in by_dict]
+    assert bare[0].path == "global_quant_config" and bare[0].scheme.name == "w_mxfp4_a_mxfp4"
+
+
+def test_contracts_not_names_third_party_scheme(tmp_path):
+    """A scheme from another directory is found by its contract; a renamed copy of a shipped
+    contract is chosen under its own name."""
+    (tmp_path / "acme_w4a8mx.yaml").write_text(
+        "name: acme_w4a8mx\nsummary: MXFP4 weights, MXFP8 activations\naliases: []\n"
+        "weight:     {format: mxfp4, scale: {format: e8m0, block: 32, rounding: even}, "
+        "static: true}\n"
+        "activation: {format: mxfp8_e4m3, scale: {format: e8m0, block: 32, rounding: even}, "
+        "static: false}\n")
+    cfg = fixture("quark_mixed_layers.json")
+    attn = cfg["quantization_config"]["layer_quant_config"]["*self_attn*"]
+    attn["weight"]["dtype"] = "fp4"
+    shipped = schemes_from_config(cfg)[1]
+    assert shipped.scheme is None and "nearest scheme" in shipped.error
+    with_acme = schemes_from_config(cfg, load_schemes([tmp_path]))[1]
+    assert with_acme.scheme.name == "acme_w4a8mx"
+
+    only = tmp_path / "only"
+    only.mkdir()
+    text = (Path(__file__).parents[1] / "schemes" / "w_mxfp4_a_mxfp4.yaml").read_text()
+    renamed = text.replace("name: w_mxfp4_a_mxfp4", "name: vendor_w4a4")
+    (only / "vendor_w4a4.yaml").write_text(renamed.replace("aliases: [mxfp4, mxfp4_w4a4]",
+                                                           "aliases: []"))
+    cat = load_schemes([only], include_shipped=False)
+    assert list(cat.schemes) == ["vendor_w4a4"]
+    assert schemes_from_config(FIXTURES / "quark_mxfp4_w4a4.json", cat)[0].scheme.name == \
+        "vendor_w4a4"
+
+
+# --- broken fixtures and broken variants: the field is named, with the nearest scheme ----------
+
+@pytest.mark.parametrize("name,path,needles", [
+    ("broken_quark_group_size_64.json", GLOBAL,
+     ["weight.group_size: 64 but OCP MX blocks are 32",
+      "nearest scheme w_mxfp4_a_mxfp4 differs in weight scale.block: 64 here"]),
+    ("broken_quark_scale_mode_ceil.json", GLOBAL,
+     ['weight.scale_calculation_mode: "ceil"', 'input_tensors.scale_calculation_mode: "ceil"',
+      "none of the registry's roundings",
+      "nearest scheme w_mxfp4_a_mxfp4 differs in weight scale.rounding: ceil here"]),
+    ("broken_quark_dtype_fp5.json", f'{LAYER}["*.mlp.experts.*"]',
+     ['weight.dtype: "fp5" is not an OCP MX element type',
+      "nearest scheme w_mxfp4_a_mxfp6_e3m2 differs in weight format: fp5 here"]),
+    ("broken_ct_nvfp4.json", GROUP0,
+     ['format: "nvfp4-pack-quantized" is NVFP4', 'weights.strategy: "tensor_group"',
+      'input_activations.dynamic: "local"', "nearest scheme"]),
+])
+def test_broken_fixture_names_field_and_nearest(name, path, needles):
+    groups = schemes_from_config(FIXTURES / name)
+    bad = [g for g in groups if g.error]
+    assert [g.path for g in bad] == [path]
+    msg = bad[0].error
+    assert msg.startswith(f"{display_path(FIXTURES / name)}: {path}: ") and "\n" not in msg
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+def _qg(cfg):  # the global layer config of a Quark fixture
+    return cfg["quantization_config"]["global_quant_config"]
+
+
+def _cg(cfg):  # group_0 of a compressed-tensors fixture
+    return cfg["quantization_config"]["config_groups"]["group_0"]
+
+
+def _set(d, **kv):
+    d.update(kv)
+
+
+QUARK = "quark_mxfp4_w4a4.json"
+CT = "ct_mxfp4_w4a4.json"
+VARIANTS = [
+    # (base, mutate, path, needles)
+    (QUARK, lambda c: _set(_qg(c)["weight"], qscheme="per_channel"), GLOBAL,
+     ['weight.qscheme: "per_channel" (one scale per output channel) has no registry key']),
+    (QUARK, lambda c: _set(_qg(c)["weight"], scale_format=None), GLOBAL,
+     ["weight.scale_format: null but OCP MX scales are e8m0", "nearest scheme w_mxfp4_a_mxfp4"]),
+    (QUARK, lambda c: _qg(c)["weight"].pop("is_dynamic"), GLOBAL,
+     ["weight.is_dynamic: null must be true"]),
+    (QUARK, lambda c: _set(_qg(c), weight=[_qg(c)["weight"], _qg(c)["weight"]]), GLOBAL,
+     ["weight: a list of 2 specs (two-level scales"]),
+    (QUARK, lambda c: _set(_qg(c), output_tensors=_qg(c)["input_tensors"]), GLOBAL,
+     ["output_tensors: set, but registry schemes quantize weights and inputs only"]),
+    (QUARK, lambda c: _set(_qg(c), bias=_qg(c)["input_tensors"]), GLOBAL, ["bias: set"]),
+    (QUARK, lambda c: _set(_qg(c)["weight"], symmetric=False), GLOBAL,
+     ["weight.symmetric: false (a zero point)"]),
+    (QUARK, lambda c: _set(_qg(c)["input_tensors"], round_method="floor"), GLOBAL,
+     ['input_tensors.round_method: "floor" but registry elements round to nearest']),
+    (QUARK, lambda c: _set(_qg(c)["weight"], ch_axis=0), GLOBAL, ["weight.ch_axis: 0"]),
+    (QUARK, lambda c: _set(_qg(c)["input_tensors"], is_dynamic=False), GLOBAL,
+     ["input_tensors.is_dynamic: false but static MX activation scales are not supported",
+      "nearest scheme w_mxfp4_a_mxfp4 differs in activation static: static here"]),
+    (QUARK, lambda c: _set(_qg(c), weight=None), GLOBAL,
+     ["weight: null but the group quantizes its inputs"]),
+    (QUARK, lambda c: _set(_qg(c)["weight"], scale_calculation_mode="floor"), GLOBAL,
+     ["no scheme in the catalog has this contract (W=mxfp4:e8m0/b32:floor:static",
+      'weight scale.rounding: floor here (weight.scale_calculation_mode: "floor")']),
+    (QUARK, lambda c: _set(_qg(c)["weight"], scale_calculation_mode="enhanced"), GLOBAL,
+     ["(W=mxfp4:e8m0/b32:rceil:static", "weight scale.rounding: rceil here"]),
+    (QUARK, lambda c: _set(_qg(c)["weight"], dtype="fp8_e4m3", scale_calculation_mode="enhanced"),
+     GLOBAL, ["not the max normal of mxfp8_e4m3, so it is not rceil"]),
+    (QUARK, lambda c: _set(_qg(c)["weight"], qscheme="per_block", group_size=None,
+                           block_size=[32, 32]), GLOBAL,
+     ["weight.block_size: [32, 32] but an OCP MX scale covers a 1 x 32 block"]),
+    (QUARK, lambda c: _set(c["quantization_config"], layer_quant_config={"*q_proj": 7}),
+     f'{LAYER}["*q_proj"]', ["7 is not a layer config object"]),
+    (QUARK, lambda c: _set(c["quantization_config"], layer_quant_config=[1]), LAYER,
+     ["is not an object of pattern -> layer config"]),
+    (CT, lambda c: _set(_cg(c)["weights"], group_size=16), GROUP0,
+     ["weights.group_size: 16 but OCP MX blocks are 32", "nearest scheme w_mxfp4_a_mxfp4"]),
+    (CT, lambda c: _set(_cg(c)["weights"], scale_dtype="torch.float16"), GROUP0,
+     ['weights.scale_dtype: "torch.float16" but OCP MX scales are e8m0']),
+    (CT, lambda c: _set(_cg(c)["weights"], num_bits=8), GROUP0,
+     ["weights.num_bits: 8 with type \"float\": compressed-tensors rounds MXFP8 scales at E2M1"]),
+    (CT, lambda c: _set(_cg(c)["weights"], num_bits=8, type="int"), GROUP0,
+     ["no MX scale rule for int8"]),
+    (CT, lambda c: _set(_cg(c)["weights"], num_bits=6), GROUP0,
+     ['weights.num_bits: 6 with type "float" has no registry element format']),
+    (CT, lambda c: _set(_cg(c)["input_activations"], dynamic="local"), GROUP0,
+     ['input_activations.dynamic: "local" has no registry key']),
+    (CT, lambda c: _set(_cg(c)["weights"], symmetric=False), GROUP0, ["weights.symmetric: false"]),
+    (CT, lambda c: _set(_cg(c)["weights"], actorder="group"), GROUP0,
+     ['weights.actorder: "group"']),
+    (CT, lambda c: _set(_cg(c)["weights"], strategy="channel", group_size=None), GROUP0,
+     ['weights.strategy: "channel" has no registry key (one scale per output channel)']),
+    (CT, lambda c: _set(_cg(c), output_activations=_cg(c)["input_activations"]), GROUP0,
+     ["output_activations: set"]),
+    (CT, lambda c: _set(_cg(c), targets=[]), GROUP0, ["targets: [] must be a non-empty list"]),
+    (CT, lambda c: _set(c["quantization_config"], config_groups={}),
+     "quantization_config.config_groups", ["no config groups, so this config quantizes nothing"]),
+    (CT, lambda c: _set(_cg(c)["input_activations"], dynamic=False), GROUP0,
+     ["input_activations.dynamic: false but static MX activation scales"]),
+]
+
+
+@pytest.mark.parametrize("base,mutate,path,needles", VARIANTS,
+                         ids=[f"{i}-{v[0][:5]}" for i, v in enumerate(VARIANTS)])
+def test_broken_variant_names_field(base, mutate, path, needles):
+    cfg = fixture(base)
+    mutate(cfg)
+    bad = [g for g in schemes_from_config(cfg) if g.error]
+    assert [g.path for g in bad] == [path]
+    msg = bad[0].error
+    assert msg.startswith(f"<config dict>: {path}: ") and "\n" not in msg
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("broken_not_json.json", "not JSON: Expecting property name"),
+    ("broken_no_quantization_config.json", "no quantization_config (looked at"),
+    ("broken_unsupported_producer.json",
+     'quantization_config.quant_method: "gptq" is not supported; supported producers: quark, '
+     "compressed-tensors"),
+    ("no_such_file.json", "no such file"),
+])
+def test_unreadable_configs_raise_one_line(name, needle):
+    with pytest.raises(ConfigError) as e:
+        schemes_from_config(FIXTURES / name)
+    assert needle in str(e.value) and name in str(e.value) and "\n" not in str(e.value)
+    assert e.value.unreadable == (name in ("broken_not_json.json", "no_such_file.json"))
+
+
+def test_positive_variants():
+    """Spellings that do map: Quark `mx` + mx_element_dtype, Quark's MXFP8 per_block [1, 32],
+    a layer_type_quant_config entry, compressed-tensors fp8 per-tensor activations."""
+    cfg = fixture(QUARK)
+    q = cfg["quantization_config"]
+    _set(_qg(cfg)["weight"], dtype="mx", mx_element_dtype="fp4")
+    _qg(cfg)["input_tensors"].pop("scale_calculation_mode")  # absent: Quark's default, even
+    mxfp8 = copy.deepcopy(_qg(cfg))
+    for spec in (mxfp8["weight"], mxfp8["input_tensors"]):
+        _set(spec, dtype="fp8_e4m3", qscheme="per_block", group_size=None, block_size=[1, 32])
+    q["layer_type_quant_config"] = {"Linear": mxfp8}
+    groups = schemes_from_config(cfg)
+    assert [(g.kind, g.scheme.name) for g in groups if g.scheme] == [
+        ("global", "w_mxfp4_a_mxfp4"), ("layer type", "w_mxfp8_e4m3_a_mxfp8_e4m3")]
+    assert groups[1].path == 'quantization_config.layer_type_quant_config["Linear"]'
+
+    ct = fixture(CT)
+    _cg(ct)["input_activations"] = {"num_bits": 8, "type": "float", "strategy": "tensor",
+                                    "dynamic": False, "symmetric": True, "group_size": None,
+                                    "scale_dtype": None, "observer": "minmax"}
+    assert schemes_from_config(ct)[0].scheme.name == "w_mxfp4_a_fp8"
+
+
+def test_not_mapped_parts_are_listed():
+    cfg = fixture(QUARK)
+    q = cfg["quantization_config"]
+    q["export"]["kv_cache_group"] = ["*k_proj", "*v_proj"]
+    q["algo_config"] = [{"name": "awq"}]
+    kv_out = dict(copy.deepcopy(fixture("quark_w_mxfp4_a_fp8.json")["global_quant_config"]
+                                ["input_tensors"]))
+    q["layer_quant_config"] = {"*k_proj": dict(_qg(cfg), output_tensors=kv_out)}
+    ct = fixture(CT)
+    ct["quantization_config"]["kv_cache_scheme"] = {"num_bits": 8, "type": "float"}
+    for c, needles in ((cfg, ["KV-cache quantization", "calibration algorithms (awq)"]),
+                       (ct, ["KV-cache quantization"])):
+        groups = schemes_from_config(c)
+        notes = [g.note for g in groups if g.status == "not mapped"]
+        assert len(notes) == len(needles) and all(n in x for n, x in zip(needles, notes))
+        assert not any(g.error for g in groups)
+    k_proj = schemes_from_config(cfg)[1]  # its output_tensors are the KV cache's spec
+    assert k_proj.targets == ("*k_proj",) and k_proj.scheme.name == "w_mxfp4_a_mxfp4"
+    q["export"]["kv_cache_group"] = []
+    assert "output_tensors: set" in schemes_from_config(cfg)[1].error
+
+
+# --- the nearest scheme and a seeded round trip over the catalog -------------------------------
+
+def _quark_spec(key) -> dict | None:
+    """A Quark spec (the fixture's field set) that should read back as `key`."""
+    if key is None:
+        return None
+    base = copy.deepcopy(_qg(fixture(QUARK))["weight"])
+    if not key.is_mx:
+        spec = copy.deepcopy(fixture("quark_w_mxfp4_a_fp8.json")["global_quant_config"]
+                             ["input_tensors"])
+        return dict(spec, is_dynamic=not key.static)
+    dtypes = {"mxfp4": "fp4", "mxfp6_e2m3": "fp6_e2m3", "mxfp6_e3m2": "fp6_e3m2",
+              "mxfp8_e4m3": "fp8_e4m3", "mxfp8_e5m2": "fp8_e5m2", "mxint8": "int8"}
+    modes = {"even": "even", "floor": "floor", "rceil": "enhanced"}
+    return dict(base, dtype=dtypes[key.format], is_dynamic=not key.static,
+                scale_calculation_mode=modes[key.scale.rounding])
+
+
+def test_every_catalog_scheme_round_trips_and_one_field_off_names_it():
+    catalog = load_schemes()
+    rng = random.Random(20261206)
+    for scheme in catalog:
+        layer = {"weight": _quark_spec(scheme.weight),
+                 "input_tensors": _quark_spec(scheme.activation),
+                 "output_tensors": None, "bias": None}
+        cfg = {"quant_method": "quark", "global_quant_config": layer}
+        assert schemes_from_config(cfg, catalog)[0].scheme.name == scheme.name
+        roles = ["weight"] + (["input_tensors"] if scheme.activation is not None else [])
+        role = rng.choice(roles)
+        spec = layer[role]
+        change = rng.choice(["group_size", "ceil", "is_dynamic"] if spec["qscheme"] ==
+                            "per_group" else ["is_dynamic"])
+        if change == "group_size":
+            spec["group_size"] = rng.choice([16, 64, 128])
+            field = f"{role}.group_size: {spec['group_size']}"
+        elif change == "ceil":
+            spec["scale_calculation_mode"] = "ceil"
+            field = f'{role}.scale_calculation_mode: "ceil"'
+        else:
+            spec["is_dynamic"] = not spec["is_dynamic"]
+            field = f"{role}.is_dynamic: {json.dumps(spec['is_dynamic'])}"
+        (g,) = schemes_from_config(cfg, catalog)
+        assert g.scheme is None and field in g.error, (scheme.name, change, g.error)
+        assert f"nearest scheme {scheme.name} differs in" in g.error, (change, g.error)
+        assert g.error.count("in the scheme") == 1
+
+
+def test_nearest_scheme_counts_fields_and_breaks_ties_by_name():
+    catalog = load_schemes()
+    spec = read_spec({"dtype": "fp6_e3m2", "qscheme": "per_group", "group_size": 32,
+                      "scale_format": "e8m0", "is_dynamic": False,
+                      "scale_calculation_mode": "floor"}, "weight", "weight")
+    s, diffs = nearest_scheme(spec, None, catalog)
+    assert s.name == "w_mxfp6_e3m2" and [d.key_field for d in diffs] == ["scale.rounding"]
+    fp5 = read_spec({"dtype": "fp5", "qscheme": "per_group", "group_size": 32,
+                     "scale_format": "e8m0", "is_dynamic": False}, "weight", "weight")
+    s, diffs = nearest_scheme(fp5, None, catalog)  # every weight-only scheme is 1 field off
+    assert s.name == "w_mxfp4" and len(diffs) == 1 and diffs[0].config == "fp5"
+    s, diffs = nearest_scheme(spec, spec.__class__("activation", "input_tensors", spec.facts),
+                              catalog)
+    assert s.name == "w_mxfp6_e3m2_a_mxfp6_e3m2"
+    assert sorted(d.key_field for d in diffs) == ["scale.rounding", "scale.rounding", "static"]
+
+
+# --- which entry decides a module ---------------------------------------------------------------
+
+def test_group_for_module_follows_each_producer():
+    groups = schemes_from_config(FIXTURES / "quark_mixed_layers.json")
+    pick = {n: group_for_module(groups, n) for n in (
+        "model.layers.0.self_attn.q_proj", "model.layers.3.mlp.experts.7.down_proj",
+        "model.layers.3.mlp.shared_expert.up_proj", "model.layers.3.mlp.gate", "lm_head",
+        "model.layers.3.mlp.down_proj")}
+    assert pick["model.layers.0.self_attn.q_proj"].scheme.name == "w_mxfp8_e4m3_a_mxfp8_e4m3"
+    assert pick["model.layers.3.mlp.experts.7.down_proj"].scheme.name == "w_mxfp4_a_mxfp6_e3m2"
+    assert pick["model.layers.3.mlp.shared_expert.up_proj"].scheme.name == "w_mxfp6_e2m3"
+    assert pick["model.layers.3.mlp.gate"].note == "not quantized (exclude pattern re:.*mlp.gate$)"
+    assert pick["lm_head"].status == "not quantized"
+    assert pick["model.layers.3.mlp.down_proj"].kind == "global"
+
+    ct = schemes_from_config(FIXTURES / "ct_text_config_experts.json")
+    assert group_for_module(ct, "model.layers.1.mlp.experts.3.w1").scheme.name == "w_mxfp4"
+    assert group_for_module(ct, "model.layers.1.self_attn.q_proj").status == "not quantized"
+    assert group_for_module(ct, "model.layers.1.mlp.experts.3.w1", "Conv1d") is None
+
+    two = fixture(CT)  # an exact module name beats a class name, whatever the group order
+    q = two["quantization_config"]
+    q["config_groups"]["group_1"] = dict(_cg(two), input_activations=None,
+                                         targets=["model.layers.0.mlp.down_proj"])
+    q["ignore"] = ["re:.*mlp.gate"]
+    g = schemes_from_config(two)
+    assert group_for_module(g, "model.layers.0.mlp.down_proj").scheme.name == "w_mxfp4"
+    assert group_for_module(g, "model.layers.1.mlp.down_proj").scheme.name == "w_mxfp4_a_mxfp4"
+    # re: entries are re.match (anchored at the start only), as compressed-tensors matches
+    assert group_for_module(g, "model.layers.0.mlp.gate_up_proj").status == "not quantized"
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("platform", ["cuda:sm90", "cpu"])
+def test_cli_text_matches_plain_resolve(capsys, platform):
+    path = str(FIXTURES / "quark_mixed_layers.json")
+    code, out, err = run(capsys, "resolve", "--from-config", path, "--platform", platform)
+    assert code == 0 and err == ""
+    assert f"platform: {platform} (named)" in out and "(quark)" in out
+    catalog = load_schemes()
+    for path_, name in EXPECTED["quark_mixed_layers.json"][0].items():
+        row = next(line for line in out.splitlines() if line.startswith(path_ + " "))
+        kernel = resolve(catalog.get(name), platform).kernel
+        assert f" {name} " in row and f" {kernel} " in row, row
+        assert f"candidates for {name} on {platform}, in priority order:" in out
+    assert "not quantized (exclude pattern lm_head)" in out
+
+
+@pytest.mark.parametrize("platform", ["cuda:sm90", "cpu"])
+def test_cli_json(capsys, platform):
+    code, out, _ = run(capsys, "resolve", "--from-config", str(FIXTURES / "ct_mxfp4_w4a4.json"),
+                       "--platform", platform, "--json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 3
+    assert len({tuple(r) for r in rows}) == 1  # the same keys, in the same order, every row
+    assert {"path", "targets", "scheme", "kernel", "native", "fallback", "candidates",
+            "error", "status", "note", "weight", "activation"} <= set(rows[0])
+    first = rows[0]
+    assert first["scheme"] == "w_mxfp4_a_mxfp4" and first["status"] == "mapped"
+    assert first["kernel"] == resolve(load_schemes().get("w_mxfp4_a_mxfp4"), platform).kernel
+    assert first["activation"] == "mxfp4:e8m0/b32:even:dynamic" and first["platform"] == platform
+    assert [r["status"] for r in rows[1:]] == ["not quantized"] * 2
+    assert all(r["kernel"] is None and r["candidates"] == [] for r in rows[1:])
+
+
+def test_cli_broken_group_exit_1(capsys):
+    path = str(FIXTURES / "broken_quark_dtype_fp5.json")
+    code, out, _ = run(capsys, "resolve", "--from-config", path, "--platform", "cpu")
+    assert code == 1
+    row = next(line for line in out.splitlines() if line.startswith(f'{LAYER}["*.mlp.experts'))
+    assert "NO MATCH" in row and "ERROR" in row
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and 'weight.dtype: "fp5"' in errors[0]
+    code, out, _ = run(capsys, "resolve", "--from-config", path, "--platform", "cpu", "--json")
+    rows = json.loads(out)
+    assert code == 1 and [r["status"] for r in rows[:4]] == ["mapped", "mapped", "unmapped",
+                                                             "mapped"]
+    assert rows[2]["error"].endswith("differs in weight format: fp5 here (weight.dtype: "
+                                     "\"fp5\"), mxfp4 in the scheme")
+
+
+def test_cli_strict_disable_force_like_plain_resolve(capsys):
+    path = str(FIXTURES / "quark_w_mxfp6_e3m2_a_mxfp6_e3m2.json")
+    plain = run(capsys, "resolve", "w_mxfp6_e3m2_a_mxfp6_e3m2", "--platform", "cuda:sm100",
+                "--json")
+    code, out, _ = run(capsys, "resolve", "--from-config", path, "--platform", "cuda:sm100",
+                       "--json")
+    assert json.loads(out)[0]["kernel"] == json.loads(plain[1])["kernel"]
+    assert json.loads(out)[0]["fallback"] == json.loads(plain[1])["fallback"] is True
+    code, out, _ = run(capsys, "resolve", "--from-config", path, "--platform", "cuda:sm100",
+                       "--strict")
+    error = next(line for line in out.splitlines() if line.startswith("error: "))
+    assert code == 1 and "strict mode" in error
+    assert error.startswith(f"error: {display_path(path)}: {GLOBAL}: ")
+    mx4 = str(FIXTURES / "quark_mxfp4_w4a4.json")
+    off = ("--platform", "cuda:sm90", "--disable", "triton-dot-scaled", "--json")
+    plain = json.loads(run(capsys, "resolve", "w_mxfp4_a_mxfp4", *off)[1])
+    code, out, _ = run(capsys, "resolve", "--from-config", mx4, *off)
+    assert code == 0 and json.loads(out)[0]["kernel"] == plain["kernel"] != "triton-dot-scaled"
+    assert json.loads(out)[0]["candidates"] == plain["candidates"]
+    code, out, _ = run(capsys, "resolve", "--from-config", mx4, "--platform", "cpu",
+                       "--force", "dequant-weight-only", "--json")
+    rows = json.loads(out)
+    assert code == 1 and rows[0]["kernel"] is None and "weight-only" in rows[0]["error"]
+
+
+def test_cli_default_platform(capsys):
+    code, out, _ = run(capsys, "resolve", "--from-config", str(FIXTURES / "ct_mxfp4a16.json"))
+    assert code == 0 and "(detected)" in out
+
+
+@pytest.mark.parametrize("argv,code,needle", [
+    (["resolve", "mxfp4", "--from-config", "x.json"], 2, "--from-config PATH takes the schemes"),
+    (["resolve", "--all", "--from-config", "x.json"], 2, "drop NAME|ALIAS / --all"),
+    (["resolve", "--from-config", str(FIXTURES / "broken_not_json.json")], 2, "not JSON"),
+    (["resolve", "--from-config", str(FIXTURES / "missing.json")], 2, "no such file"),
+    (["resolve", "--from-config", str(FIXTURES / "broken_no_quantization_config.json")], 1,
+     "no quantization_config"),
+    (["resolve", "--from-config", str(FIXTURES / "broken_unsupported_producer.json"), "--json"],
+     1, '"gptq" is not supported'),
+    (["resolve", "--from-config", str(FIXTURES / "ct_mxfp4a16.json"), "--force", "fast"], 2,
+     "unknown kernel 'fast'"),
+])
+def test_cli_usage_and_unreadable(capsys, argv, code, needle):
+    got, out, err = run(capsys, *argv)
+    assert got == code and needle in err and len(err.strip().splitlines()) == 1 and out == ""

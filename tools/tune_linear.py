@@ -1,0 +1,181 @@
+"""Sweep the linear kernels' strategies and tile configs on a GPU; check each against the reference.
+
+    python tools/tune_linear.py [--quick] [--out tune.json]
+
+Why a separate script: `registry bench` times what the resolver picks; this one times every
+strategy / config of the fast kernels (decode split-K and tiles, tiled, dequant-gemm, fp8 MMA,
+dot_scaled) so that the defaults in the kernel modules and the priority order in
+kernels/declarations.py are measured choices. Times are CUDA-graph replays cycling through
+enough weight copies to defeat the L2 cache (registry.bench's rule); the baseline is bf16
+F.linear on the same shape in the same run. Prints one line per variant.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from registry.bench import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
+from registry.contract import QuantKey, SchemeContract  # noqa: E402
+from kernels.base import load_kernel  # noqa: E402
+from kernels.triton.linear_decode import DecodeConfig  # noqa: E402
+from kernels.triton.linear_emulation import fused_linear  # noqa: E402
+from kernels.triton.linear_fp8_mma import MMAConfig, fp8_mma_linear  # noqa: E402
+
+SHAPES = [(8192, 8192), (28672, 8192), (8192, 28672)]
+MS = [1, 16, 128, 1024, 4096]
+
+
+def key(fmt: str | None, static: bool) -> QuantKey | None:
+    return None if fmt is None else QuantKey.mx(fmt, rounding="even", static=static)
+
+
+def contract(w: str, a: str | None) -> SchemeContract:
+    return SchemeContract(weight=key(w, True), activation=key(a, False))
+
+
+def rel(out: torch.Tensor, want: torch.Tensor) -> float:
+    return float((out.double() - want.double()).norm() / want.double().norm())
+
+
+class Case:
+    """One (contract, N, K): prepared weight copies, the reference output per M."""
+
+    def __init__(self, w: str, a: str | None, n: int, k: int, dev: str) -> None:
+        self.name, self.n, self.k = f"W={w} A={a or 'bf16'}", n, k
+        gen = torch.Generator(device=dev).manual_seed(n + k)
+        base = torch.randn(n, k, device=dev, generator=gen, dtype=torch.bfloat16) * 0.05
+        self.c = contract(w, a)
+        kern = load_kernel("triton-emulation")
+        first = kern.prepare(base, self.c)
+        wbytes = first.weight.data.numel() + first.weight.scales.numel()
+        self.copies = [first] + [kern.prepare(base.roll(i, 0), self.c)
+                                 for i in range(1, _copies_needed(wbytes, dev))]
+        self.wbytes = wbytes
+        self.ref = load_kernel("reference-emulation")
+        self.w32 = None
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.copies[0]
+        if self.w32 is None:
+            from kernels.mx import mx_dequantize
+            self.w32 = mx_dequantize(p.weight, torch.float32)
+        xq = self.ref.qdq_activation(x, p)
+        return F.linear(xq.float(), self.w32)
+
+
+def time_variant(case: Case, x: torch.Tensor, call, want: torch.Tensor, dev: str) -> dict:
+    try:
+        out = call(x, case.copies[0])
+        err = rel(out.float(), want)
+        ms = graph_ms(lambda: [call(x, p) for p in case.copies], dev) / len(case.copies)
+        return {"err": err, "us": ms * 1e3}
+    except Exception as e:  # noqa: BLE001 — a failed variant is reported, the sweep goes on
+        return {"err": None, "us": None, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+
+
+def bf16_us(n: int, k: int, m: int, dev: str) -> float:
+    ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(2)]
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    return graph_ms(lambda: [F.linear(x, w) for w in ws], dev) / len(ws) * 1e3
+
+
+def decode_configs(quick: bool) -> list[DecodeConfig]:
+    grid = [(64, 256, 1, 4, 3), (32, 256, 1, 4, 3), (128, 256, 1, 8, 3), (64, 512, 1, 4, 2),
+            (64, 128, 1, 4, 4), (32, 512, 1, 4, 3), (64, 256, 2, 4, 3), (32, 256, 2, 4, 3),
+            (64, 256, 4, 4, 3), (16, 256, 1, 2, 3), (32, 128, 1, 2, 4), (128, 128, 1, 4, 4)]
+    return [DecodeConfig(*g) for g in (grid[:4] if quick else grid)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out")
+    ap.add_argument("--parts", default="decode,large,fp8,others")
+    args = ap.parse_args()
+    dev = "cuda"
+    parts = set(args.parts.split(","))
+    rows: list[dict] = []
+    t0 = time.time()
+    print(f"{torch.cuda.get_device_name()} copy {copy_bandwidth(dev):.3f} TB/s", flush=True)
+
+    def emit(case: Case, m: int, variant: str, res: dict, base: float) -> None:
+        us = res.get("us")
+        tbs = (case.wbytes + 2 * m * (case.k + case.n)) / (us * 1e-6) / 1e12 if us else None
+        row = dict(case=case.name, n=case.n, k=case.k, m=m, variant=variant, bf16_us=base,
+                   ratio=(base / us if us else None), tb_s=tbs, **res)
+        rows.append(row)
+        err = "-" if res.get("err") is None else f"{res['err']:.1e}"
+        print(f"[{time.time() - t0:6.0f}s] {case.name:28s} {case.n}x{case.k} M={m:<5d} "
+              f"{variant:34s} {us or float('nan'):9.1f} us  bf16 {base:8.1f}  "
+              f"x{(base / us) if us else float('nan'):5.2f}  {tbs or 0:5.2f} TB/s err {err} "
+              f"{res.get('error', '')}", flush=True)
+
+    shapes = SHAPES[:1] if args.quick else SHAPES
+    for n, k in shapes:
+        base = {m: bf16_us(n, k, m, dev) for m in MS}
+        for w, a in [("mxfp4", None), ("mxfp4", "mxfp4"), ("mxfp8_e4m3", "mxfp8_e4m3")]:
+            if w == "mxfp8_e4m3" and "fp8" not in parts and "large" not in parts:
+                continue
+            case = Case(w, a, n, k, dev)
+            for m in MS:
+                x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                want = case.reference(x)
+                variants = []
+                if m <= 16 and "decode" in parts:
+                    cfgs = decode_configs(args.quick) if (n, k) == SHAPES[0] else \
+                        decode_configs(True)
+                    variants += [(f"decode {c.block_n}x{c.block_k} s{c.split} w{c.warps} "
+                                  f"st{c.stages}", lambda x, p, c=c: fused_linear(
+                                      x, p, strategy="decode", config=c)) for c in cfgs]
+                if m >= 16 and "large" in parts:
+                    variants += [("tiled", lambda x, p: fused_linear(x, p, strategy="tiled"))]
+                    for t in [(128, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 128, 128, 8, 3)]:
+                        variants += [(f"tiled {t}", lambda x, p, t=t: fused_linear(
+                            x, p, strategy="tiled", config=t))]
+                if m >= 128 and "large" in parts:
+                    variants += [("dequant-gemm", lambda x, p: fused_linear(
+                        x, p, strategy="dequant-gemm"))]
+                if w != "mxfp8_e4m3" or "fp8" in parts:
+                    ds = load_kernel("triton-dot-scaled")
+                    variants += [("dot-scaled", lambda x, p: ds.apply(x, p))]
+                if w == "mxfp8_e4m3" and m >= 128 and "fp8" in parts:
+                    for c in [MMAConfig(128, 128, 8, 8, 4), MMAConfig(128, 256, 8, 8, 3),
+                              MMAConfig(128, 128, 8, 4, 4), MMAConfig(64, 128, 8, 4, 4),
+                              MMAConfig(128, 64, 8, 4, 5)]:
+                        variants += [(f"fp8-mma {c.block_m}x{c.block_n} w{c.warps} "
+                                      f"st{c.stages}", lambda x, p, c=c: fp8_mma_linear(
+                                          x, p, config=c))]
+                for name, call in variants:
+                    emit(case, m, name, time_variant(case, x, call, want, dev), base[m])
+            del case
+            torch.cuda.empty_cache()
+    if "others" in parts:  # fused emulation of the other formats; reference at M = 1
+        n, k = SHAPES[0]
+        base = {m: bf16_us(n, k, m, dev) for m in (1, 4096)}
+        for w, a in [("mxfp6_e3m2", "mxfp6_e3m2"), ("mxint8", "mxint8"),
+                     ("mxfp6_e2m3", None)]:
+            case = Case(w, a, n, k, dev)
+            for m in (1, 4096):
+                x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                want = case.reference(x)
+                emit(case, m, "emulation (auto)",
+                     time_variant(case, x, lambda x, p: fused_linear(x, p), want, dev), base[m])
+                if m == 1:
+                    emit(case, m, "reference-emulation", time_variant(
+                        case, x, lambda x, p: case.ref.apply(x, p), want, dev), base[m])
+            del case
+            torch.cuda.empty_cache()
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
