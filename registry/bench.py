@@ -175,14 +175,14 @@ def plan_bench(catalog: Catalog, schemes: Sequence[str] | None,
                kernels: Sequence[str] | None, platform: Platform) -> tuple[list[Task], list[Skip]]:
     """What runs: per scheme x shape, the resolved kernel (kernels=None) or each forced kernel
     that runs here, accepts the contract and fits the shape; everything else as a Skip."""
-    from kernels.declarations import KERNELS_BY_NAME
+    from kernels.kernel_table import kernel_by_name, kernel_decls
     from registry.probe import runnable_here
     from registry.resolve import ResolutionError, accepts, resolve
 
+    known = [d.name for d in kernel_decls()]
     for name in kernels or ():
-        if name not in KERNELS_BY_NAME:
-            raise ValueError(f"unknown kernel {name!r}; known kernels: "
-                             f"{', '.join(KERNELS_BY_NAME)}")
+        if name not in known:
+            raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(known)}")
     picked = [catalog.get(s) for s in schemes] if schemes else \
         sorted(catalog.schemes.values(), key=lambda s: s.name)
     picked = list({s.name: s for s in picked}.values())  # a name and its alias: once
@@ -200,7 +200,7 @@ def plan_bench(catalog: Catalog, schemes: Sequence[str] | None,
                 tasks.append(Task(s.name, res.kernel, n, k, tuple(ms), False))
                 continue
             for name in kernels:
-                decl = KERNELS_BY_NAME[name]
+                decl = kernel_by_name(name)
                 ok, why = (True, "")
                 if name not in here:
                     ok, why = False, (f"does not run on {platform} (runs on "

@@ -129,12 +129,12 @@ def _run(args: argparse.Namespace) -> int:
             catalog.get(name)
         except UnknownSchemeError as e:
             raise _fail(str(e)) from None
-    from kernels.declarations import KERNELS_BY_NAME
+    from kernels.kernel_table import kernel_decls
 
+    known = [d.name for d in kernel_decls()]
     for name in kernels or ():
-        if name not in KERNELS_BY_NAME:
-            raise _fail(f"--kernels: unknown kernel {name!r}; known kernels: "
-                        f"{', '.join(KERNELS_BY_NAME)}")
+        if name not in known:
+            raise _fail(f"--kernels: unknown kernel {name!r}; known kernels: {', '.join(known)}")
     _check_output_path("--out", args.out)
     _check_output_path("--plot", args.plot)
     if args.plot:

@@ -42,11 +42,12 @@ class ProbeResult:
 
 def runnable_here(plat: Platform) -> list[str]:
     """Kernels listed for this platform; on CPU, Triton ones too when TRITON_INTERPRET=1."""
-    from kernels.declarations import KERNELS, candidates_for
+    from kernels.kernel_table import candidates_for, kernel_decls
 
     names = [d.name for d in candidates_for(plat)]
     if plat.vendor == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
-        names += [d.name for d in KERNELS if d.name.startswith("triton-") and d.name not in names]
+        names += [d.name for d in kernel_decls()
+                  if d.name.startswith("triton-") and d.name not in names]
     return names
 
 
@@ -117,7 +118,7 @@ def run_probe(catalog: Catalog, platform: Platform | None = None,
     """Every accepted (scheme, kernel) pair runnable here, probed."""
     import torch
 
-    from kernels.declarations import KERNELS_BY_NAME
+    from kernels.kernel_table import kernel_by_name
 
     plat = platform or detect()
     device = "cuda" if plat.vendor in ("cuda", "rocm") else ("xpu" if plat.vendor == "xpu"
@@ -127,7 +128,7 @@ def run_probe(catalog: Catalog, platform: Platform | None = None,
     with torch.no_grad():
         for s in sorted(catalog.schemes.values(), key=lambda s: s.name):
             for n in names:
-                decl = KERNELS_BY_NAME[n]
+                decl = kernel_by_name(n)
                 if accepts(decl, s.contract, plat)[0]:
                     results.append(probe_pair(s, n, plat, device, seed=len(results)))
     return results
