@@ -135,6 +135,7 @@ KERNELS: tuple[KernelDecl, ...] = (
             Family(mx_keys(FP8_FORMATS, static=True), mx_keys(FP8_FORMATS, static=False),
                    "W8A8 mxfp8 x mxfp8 (e4m3 / e5m2)"),
         ),
+        verified_on=("cuda:sm90",),
     ),
     KernelDecl(
         name="triton-emulation",

@@ -23,7 +23,7 @@ PLOT_INSTALL_HINT = "install matplotlib (pip install 'ocp-mx-registry[plot]')"
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("schemes", nargs="*", metavar="SCHEME",
+    p.add_argument("scheme_names", nargs="*", metavar="SCHEME",
                    help="scheme names or aliases (default: every scheme of the catalog)")
     p.add_argument("--shapes", metavar="NxK,...",
                    help="weight shapes N x K (default: "
@@ -106,7 +106,7 @@ def require_matplotlib() -> None:
 
 
 def _command_line(args, shapes, ms) -> str:
-    parts = ["registry", "bench", *args.schemes,
+    parts = ["registry", "bench", *args.scheme_names,
              "--shapes", ",".join(f"{n}x{k}" for n, k in shapes),
              "--m", ",".join(map(str, ms)), "--seed", str(args.seed)]
     if args.kernels:
@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.kernels is not None and not kernels:
         raise _fail("--kernels is empty; name at least one kernel (see registry matrix)")
     catalog = catalog_of(args)
-    for name in args.schemes:
+    for name in args.scheme_names:
         try:
             catalog.get(name)
         except UnknownSchemeError as e:
@@ -145,7 +145,7 @@ def _run(args: argparse.Namespace) -> int:
 
     progress = ProgressLine(sys.stderr, quiet=args.quiet)
     try:
-        result = bench.run_bench(args.schemes or None, shapes, ms, kernels, device=device,
+        result = bench.run_bench(args.scheme_names or None, shapes, ms, kernels, device=device,
                                  catalog=catalog, seed=args.seed, progress=progress,
                                  command=_command_line(args, shapes, ms))
     finally:

@@ -256,6 +256,8 @@ def test_cli_table_and_progress_lines(capsys, on_cpu):
     assert progress[3].startswith("[4/4] w_mxfp4_a_mxfp4 64x64 M=2 reference-emulation: ok")
     code, _, err = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1", "--quiet")
     assert code == 0 and "[1/1]" not in err
+    # scheme names are not scheme directories (the global --schemes DIR option): no warnings
+    assert "warning" not in err and "directory" not in err
 
 
 def test_cli_json_out_and_plot(capsys, on_cpu, tmp_path):

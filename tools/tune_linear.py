@@ -157,6 +157,39 @@ def main() -> None:
                     emit(case, m, name, time_variant(case, x, call, want, dev), base[m])
             del case
             torch.cuda.empty_cache()
+    if "decode2" in parts:  # second round: split fp4 layout, 2-D accumulator, M up to 64
+        D = DecodeConfig
+        m1 = [D(32, 512, 1, 4, 3), D(32, 512, 1, 8, 3, acc2d=True), D(16, 512, 1, 4, 3, acc2d=True),
+              D(32, 256, 1, 4, 3, acc2d=True), D(32, 512, 1, 4, 3, split_fp4=True),
+              D(32, 512, 1, 8, 3, split_fp4=True, acc2d=True),
+              D(16, 512, 1, 4, 3, split_fp4=True, acc2d=True),
+              D(32, 256, 1, 4, 3, split_fp4=True, acc2d=True), D(64, 256, 4, 4, 3, split_fp4=True),
+              D(32, 1024, 1, 8, 3, split_fp4=True, acc2d=True)]
+        m16 = [D(32, 512, 1, 4, 3), D(32, 512, 1, 4, 3, split_fp4=True),
+               D(64, 256, 2, 4, 3, split_fp4=True), D(16, 512, 1, 4, 3, split_fp4=True),
+               D(32, 256, 1, 4, 4, split_fp4=True), D(64, 512, 1, 8, 3, split_fp4=True)]
+        for (n, k) in (SHAPES[:2] if not args.quick else SHAPES[:1]):
+            for w, a in [("mxfp4", None), ("mxfp4", "mxfp4"), ("mxfp8_e4m3", None)]:
+                case = Case(w, a, n, k, dev)
+                for m in (1, 16, 32, 64):
+                    base_us = bf16_us(n, k, m, dev)
+                    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                    want = case.reference(x)
+                    cfgs = m1 if m == 1 else m16
+                    if w == "mxfp8_e4m3":
+                        cfgs = [c for c in cfgs if not c.split_fp4][:3]
+                    for c in cfgs:
+                        name = (f"decode {c.block_n}x{c.block_k} s{c.split} w{c.warps} "
+                                f"st{c.stages}{' fp4split' if c.split_fp4 else ''}"
+                                f"{' acc2d' if c.acc2d else ''}")
+                        emit(case, m, name, time_variant(case, x, lambda x, p, c=c: fused_linear(
+                            x, p, strategy="decode", config=c), want, dev), base_us)
+                    if m >= 32:
+                        emit(case, m, "dequant-gemm", time_variant(
+                            case, x, lambda x, p: fused_linear(x, p, strategy="dequant-gemm"),
+                            want, dev), base_us)
+                del case
+                torch.cuda.empty_cache()
     if "others" in parts:  # fused emulation of the other formats; reference at M = 1
         n, k = SHAPES[0]
         base = {m: bf16_us(n, k, m, dev) for m in (1, 4096)}

@@ -24,9 +24,30 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.triton.mx_codec import _store_fp32
+from kernels.triton.mx_codec import _decode, _nan_like, _pow2, _store_fp32
 from kernels.triton.mx_quant import _bits_view
 from kernels.triton.linear_tiles import _act_tile, _weight_tile
+
+
+@triton.jit
+def _split_fp4_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, HI: tl.constexpr,
+                    W_MBITS: tl.constexpr, W_BIAS: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Half of a K tile of an mxfp4 weight in the split layout (`split_fp4_layout`): byte j of
+    tile kk holds element j (low nibble) and element BLOCK_K/2 + j (high nibble), so each half
+    decodes from one load with no nibble interleave. Values in fp32, exact (0xFF: NaN)."""
+    HALF: tl.constexpr = BLOCK_K // 2
+    NBH: tl.constexpr = HALF // 32
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_c = tl.minimum(rows, N - 1).to(tl.int64)  # clamped: in bounds, masked at the store
+    b = tl.load(data_ptr + rows_c[:, None] * stride_d + kk * HALF + tl.arange(0, HALF)[None, :])
+    b = b.to(tl.int32)
+    codes = (b >> 4) if HI else (b & 0xF)
+    blk = kk * (2 * NBH) + HI * NBH + tl.arange(0, NBH)
+    sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + blk[None, :]).to(tl.int32)
+    val = _decode(tl.reshape(codes, [BLOCK_N, NBH, 32]), W_MBITS, W_BIAS, 4, False, 0)
+    scale = tl.where(sbyte == 255, _nan_like(sbyte), _pow2(tl.minimum(sbyte, 254) - 127))
+    return tl.reshape(val * scale[:, :, None], [BLOCK_N, HALF])
 
 
 @triton.jit
@@ -40,31 +61,54 @@ def _decode_linear_kernel(
         W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
         W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
         DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
-        USE_DOT: tl.constexpr, SPLIT: tl.constexpr,
+        USE_DOT: tl.constexpr, SPLIT: tl.constexpr, W_SPLIT: tl.constexpr, ACC2D: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     k_lo = pid_s * TILES_PER_SPLIT
     k_hi = tl.minimum(k_lo + TILES_PER_SPLIT, tl.cdiv(K, BLOCK_K))
+    HALF: tl.constexpr = BLOCK_K // 2
     if USE_DOT:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     else:
         acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_N, HALF if W_SPLIT else BLOCK_K], dtype=tl.float32)
     for kk in range(k_lo, k_hi):
-        a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, kk, IN_KIND, ACT_MODE, A_MBITS,
-                      A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
-                      A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
-        w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
-                         W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, BLOCK_N,
-                         BLOCK_K)
-        if USE_DOT:
-            if DOT_KIND == 0:
-                acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
-            else:
-                acc = tl.dot(w, tl.trans(a), acc, input_precision=DOT_PRECISION)
+        if W_SPLIT:  # mxfp4 in the split layout: two half tiles, no nibble interleave
+            for h in tl.static_range(2):
+                a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, 2 * kk + h, IN_KIND, ACT_MODE,
+                              A_MBITS, A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB,
+                              A_IS_INT, A_ROUNDING, HW_CAST, BLOCK_M, HALF)
+                w = _split_fp4_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n,
+                                    kk, h, W_MBITS, W_BIAS, BLOCK_N, BLOCK_K)
+                if USE_DOT:
+                    if DOT_KIND == 0:
+                        acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
+                    else:
+                        acc = tl.dot(w, tl.trans(a), acc, input_precision=DOT_PRECISION)
+                elif ACC2D:
+                    acc2 += w * a
+                else:
+                    acc1 += tl.sum(w * a, axis=1)
         else:
-            acc1 += tl.sum(w * a, axis=1)  # a is [1, BLOCK_K]: broadcast over weight rows
+            a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, kk, IN_KIND, ACT_MODE, A_MBITS,
+                          A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
+                          A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
+            w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
+                             W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, BLOCK_N,
+                             BLOCK_K)
+            if USE_DOT:
+                if DOT_KIND == 0:
+                    acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
+                else:
+                    acc = tl.dot(w, tl.trans(a), acc, input_precision=DOT_PRECISION)
+            elif ACC2D:  # one FMA per element; rows reduced once, after the loop
+                acc2 += w * a
+            else:
+                acc1 += tl.sum(w * a, axis=1)  # a is [1, BLOCK_K]: broadcast over weight rows
     if not USE_DOT:
+        if ACC2D:
+            acc1 = tl.sum(acc2, axis=1)
         acc = tl.reshape(acc1, [BLOCK_N, BLOCK_M])
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output features (acc's rows)
     rows = tl.arange(0, BLOCK_M)  # activation rows (acc's columns)
@@ -86,28 +130,55 @@ class DecodeConfig:
     split: int  # K slices (1: no split-K)
     warps: int
     stages: int
+    split_fp4: bool = False  # mxfp4: read the split layout (split_fp4_layout) where K allows
+    acc2d: bool = False  # M == 1: a [BLOCK_N, BLOCK_K] accumulator, rows reduced at the end
+
+
+def split_fp4_layout(data: Tensor, block_k: int) -> Tensor:
+    """Packed mxfp4 codes [N, K/2] (element 2j low nibble, 2j+1 high) -> the split layout for
+    K tiles of block_k: byte j of a tile holds elements j (low) and block_k/2 + j (high).
+    A permutation of K inside each tile only (the scales keep their 32-element blocks)."""
+    n, half_k = data.shape
+    k = 2 * half_k
+    if k % block_k:
+        raise ValueError(f"split_fp4_layout: K={k} is not a multiple of the tile {block_k}")
+    codes = torch.stack((data & 0xF, data >> 4), dim=-1).reshape(n, k // block_k, block_k)
+    lo, hi = codes[..., : block_k // 2], codes[..., block_k // 2:]
+    return (lo | (hi << 4)).reshape(n, half_k).contiguous()
 
 
 def default_config(m: int, weight_bits: int, interpreted: bool) -> DecodeConfig:
     """The measured choice (docs/benchmarks.md); small tiles under the interpreter."""
     if interpreted:
         return DecodeConfig(block_n=16, block_k=64, split=2, warps=1, stages=1)
-    if m > 1 and weight_bits == 8:
-        return GPU_DOT_CONFIG_8BIT
-    return GPU_DECODE_CONFIG
+    if m == 1:
+        return GPU_FMA_CONFIG_8BIT if weight_bits == 8 else GPU_FMA_CONFIG
+    return {4: GPU_DOT_CONFIG_FP4, 8: GPU_DOT_CONFIG_8BIT}.get(weight_bits, GPU_FMA_CONFIG)
 
 
-# H200, triton 3.6, 2026-11-29 (tools/tune_linear.py, docs/benchmarks.md): of 12 configs at
-# N = K = 8192 this one was fastest or within 3 % for M = 1 and for M = 16 with <= 6-bit weights;
-# 8-bit weights at M = 16 prefer more programs (split-K 4).
-GPU_DECODE_CONFIG = DecodeConfig(block_n=32, block_k=512, split=1, warps=4, stages=3)
+def decode_max_m(weight_bits: int) -> int:
+    """Up to how many rows the decode strategy beats dequant-gemm (H200, both shapes measured:
+    mxfp4 up to M = 64, e.g. 73 vs 90 us at N = K = 8192; 8-bit weights only to M = 16)."""
+    return 64 if weight_bits == 4 else 16
+
+
+# H200, triton 3.6, 2026-11-29 (tools/tune_linear.py; docs/benchmarks.md has the sweeps).
+# M = 1: of 16 configs at N x K = 8192 x 8192 and 28672 x 8192 these were fastest or within a
+# few percent on both shapes; 8-bit weights gain ~20 % from the 2-D accumulator.
+GPU_FMA_CONFIG = DecodeConfig(block_n=32, block_k=512, split=1, warps=4, stages=3)
+GPU_FMA_CONFIG_8BIT = DecodeConfig(block_n=16, block_k=512, split=1, warps=4, stages=3,
+                                   acc2d=True)
+# 2 <= M <= 64 (tensor cores): mxfp4 in the split layout with split-K 2 (M = 16: 47 / 137 us
+# against 50 / 189 us for the best interleaved config); 8-bit weights prefer split-K 4.
+GPU_DOT_CONFIG_FP4 = DecodeConfig(block_n=64, block_k=256, split=2, warps=4, stages=3,
+                                  split_fp4=True)
 GPU_DOT_CONFIG_8BIT = DecodeConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
 
 
 def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
                   dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
                   config: DecodeConfig) -> Tensor:
-    """Run the decode kernel for x2d [M <= 16, K] into `out` [M, N] (x's dtype or fp32)."""
+    """Run the decode kernel for x2d [M <= 64, K] into `out` [M, N] (x's dtype or fp32)."""
     m, k = x2d.shape
     n = out.shape[1]
     data, scales = cached["data"], cached["scales"]
@@ -117,7 +188,14 @@ def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
     per_split = triton.cdiv(tiles, split)
     split = triton.cdiv(tiles, per_split)
     use_dot = m > 1
-    block_m = 16 if use_dot else 1
+    block_m = max(16, triton.next_power_of_2(m)) if use_dot else 1
+    w_split = (config.split_fp4 and consts["W_PACK"] == 1 and consts["W_BITS"] == 4
+               and k % config.block_k == 0)
+    if w_split:
+        key = f"decode_split_fp4_{config.block_k}"
+        data = cached.get(key)
+        if data is None:
+            data = cached.setdefault(key, split_fp4_layout(cached["data"], config.block_k))
     target = _bits_view(out)
     if split > 1:
         target = torch.empty((split, m, n), dtype=torch.float32, device=x2d.device)
@@ -129,6 +207,7 @@ def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
         target.stride(0) if split > 1 else 0,
         IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
         DOT_PRECISION=precision, HW_CAST=hw_cast, USE_DOT=use_dot, SPLIT=split,
+        W_SPLIT=w_split, ACC2D=config.acc2d and not use_dot,
         BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         num_warps=config.warps, num_stages=config.stages, **consts)
     if split > 1:

@@ -5,7 +5,8 @@ weights, mxfp6 / mxint8 / fp8-static activations, MX on Hopper, ...), so it must
 at every batch size, close to the bf16 speed of the same shape. One contract, three strategies
 picked by the number of activation rows M (`strategy_for`; the same numerics in each: the
 dispatcher's activation QDQ bit for bit, the weight decoded exactly, fp32 accumulation):
-  "decode"  M <= 16: linear_decode.py, one program per weight-row stripe (weight-read bound);
+  "decode"  M <= 16 (mxfp4: M <= 64 on a GPU): linear_decode.py, one program per weight-row
+            stripe and K slice (weight-read bound);
   "tiled"   one fused kernel: activation QDQ + weight dequant in registers + tl.dot, nothing
             dequantized ever reaches memory (tiles and numerics in linear_tiles.py);
   "dequant-gemm" M >= DEQUANT_GEMM_MIN_M with bf16 activations on a GPU: the Triton QDQ of
@@ -71,9 +72,10 @@ def _emulated_linear_kernel(
 
 # ----------------------------------------------------------------------------- launch set-up
 _INTERPRETED = mx_quant._INTERPRETED
-DECODE_MAX_M = 16  # M <= this: the decode strategy
-# M >= this (bf16 on a GPU): dequantize + cuBLAS. On the H200 it beat the tiled kernel from
-# M = 16 up (e.g. 90 vs 127 us at M = 128, 0.80 vs 2.3 ms at M = 4096, N = K = 8192).
+DECODE_MAX_M = 16  # M <= this: the decode strategy by default
+DECODE_LIMIT_M = 64  # the most rows the decode kernel takes (forced: tools/tune_linear.py)
+# M >= this (bf16 on a GPU, past the decode range): dequantize + cuBLAS. On the H200 it beat the
+# tiled kernel from M = 16 up (e.g. 90 vs 127 us at M = 128, 0.80 vs 2.3 ms at M = 4096).
 DEQUANT_GEMM_MIN_M = DECODE_MAX_M + 1
 STRATEGIES = ("decode", "tiled", "dequant-gemm")
 # Tiled kernel (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); BLOCK_K a multiple of 64 keeps
@@ -86,9 +88,9 @@ _CACHE_KEY = "triton_emulation"
 
 
 def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Tensor | None,
-                 on_gpu: bool) -> str:
+                 on_gpu: bool, weight_bits: int = 8) -> str:
     """Which of STRATEGIES runs M activation rows (all three give the same numerics)."""
-    if m <= DECODE_MAX_M:
+    if m <= DECODE_MAX_M or (on_gpu and m <= linear_decode.decode_max_m(weight_bits)):
         return "decode"
     if (m >= DEQUANT_GEMM_MIN_M and on_gpu and x_dtype == out_dtype == torch.bfloat16
             and (bias is None or bias.dtype == torch.bfloat16)):
@@ -134,10 +136,11 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     _check_bias(bias, n, x.device)
     if m == 0:
         return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
-    chosen = strategy or strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED)
-    if chosen not in STRATEGIES or (chosen == "decode" and m > DECODE_MAX_M):
+    bits = prepared.weight.elem_format.bits
+    chosen = strategy or strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, bits)
+    if chosen not in STRATEGIES or (chosen == "decode" and m > DECODE_LIMIT_M):
         raise ValueError(f"{_NAME}: strategy {chosen!r} cannot run M={m}; one of {STRATEGIES} "
-                         f"(decode needs M <= {DECODE_MAX_M})")
+                         f"(decode needs M <= {DECODE_LIMIT_M})")
     if chosen == "dequant-gemm":
         if not (x.dtype == out_dtype == torch.bfloat16
                 and (bias is None or bias.dtype == torch.bfloat16)):
@@ -151,8 +154,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     launch = dict(dot_kind=dot_kind, precision=precision, hw_cast=not _INTERPRETED,
                   in_kind=KIND_OF_DTYPE[x.dtype], out_kind=KIND_OF_DTYPE[out_dtype])
     if chosen == "decode":
-        cfg = config or linear_decode.default_config(m, prepared.weight.elem_format.bits,
-                                                     _INTERPRETED)
+        cfg = config or linear_decode.default_config(m, bits, _INTERPRETED)
         if m > 1 and consts["ACT_MODE"] != ACT_NONE:
             # QDQ the few rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel
             # one) instead of once per weight stripe: every program would redo all M x K
