@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from registry.bench import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
+from registry.timing import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
 from registry.contract import QuantKey, SchemeContract  # noqa: E402
 from kernels.base import load_kernel  # noqa: E402
 from kernels.triton.linear_decode import DecodeConfig  # noqa: E402
