@@ -39,6 +39,7 @@ _EXPORTS = {
     "load_quantized": "registry.checkpoint",
     "CheckpointError": "registry.checkpoint",
     "schemes_from_config": "registry.hf_config",
+    "quantize_model_from_config": "registry.quantize_config",
 }
 
 __all__ = sorted(_EXPORTS)
