@@ -168,6 +168,28 @@ def test_decode_variants_match_reference(m: int, cfg: dict, wkey, akey) -> None:
     assert rel_err(acc, reference_fp32(x, prepared, None)) <= ACC_BOUND
 
 
+@pytest.mark.parametrize("magnitude", (1.0, 2.0 ** 12, 2.0 ** -120), ids=("usual", "huge", "tiny"))
+@pytest.mark.parametrize("m,cfg", [(1, dict(block_n=16, block_k=64, split=1)),
+                                   (1, dict(block_n=16, block_k=64, split=1, fast_fp4=False)),
+                                   (5, dict(block_n=16, block_k=64, split=2, split_fp4=True))],
+                         ids=("fast", "generic", "split"))
+def test_fp4_decodes_match_at_every_scale(m: int, cfg: dict, magnitude: float) -> None:
+    """mxfp4's short decode: one fp32 multiplier per block when every scale byte <= 128 (2**1),
+    two multiplies otherwise (huge weights), subnormal results for tiny ones: all exact."""
+    from kernels.triton.linear_decode import DecodeConfig, fast_fp4_scale
+
+    gen = torch.Generator().manual_seed(seed_of(m, cfg, magnitude))
+    wkey = QuantKey.mx("mxfp4", rounding="even", static=True)
+    weight = (torch.randn(32, 128, generator=gen) * magnitude).to(DEVICE)
+    prepared = KERNEL.prepare(weight, SchemeContract(weight=wkey, activation=None))
+    assert fast_fp4_scale(prepared.weight.scales) == (magnitude <= 1.0)
+    x = torch.randn(m, 128, generator=gen).to(torch.bfloat16).to(DEVICE)
+    acc = fused_linear(x, prepared, out_dtype=torch.float32, strategy="decode",
+                       config=DecodeConfig(warps=1, stages=1, **cfg))
+    want = reference_fp32(x, prepared, None)
+    assert torch.isfinite(want).all() and rel_err(acc, want) <= ACC_BOUND
+
+
 def test_split_fp4_layout_is_a_per_tile_permutation() -> None:
     from kernels.triton.linear_decode import split_fp4_layout
 

@@ -190,6 +190,29 @@ def main() -> None:
                             want, dev), base_us)
                 del case
                 torch.cuda.empty_cache()
+    if "decode3" in parts:  # third round: the short mxfp4 decode (fast_fp4) against the generic
+        D = DecodeConfig
+        m1 = [D(32, 512, 1, 4, 3, fast_fp4=False), D(32, 512, 1, 4, 3),
+              D(16, 512, 1, 4, 3, acc2d=True), D(32, 512, 1, 8, 3, acc2d=True),
+              D(32, 256, 2, 4, 3), D(64, 256, 4, 4, 3), D(16, 256, 1, 4, 4)]
+        mdot = [D(64, 256, 2, 4, 3, split_fp4=True), D(64, 256, 2, 4, 3),
+                D(64, 512, 2, 8, 3), D(32, 512, 1, 4, 3)]
+        for (n, k) in SHAPES[:2]:
+            for w, a in [("mxfp4", None), ("mxfp4", "mxfp4")]:
+                case = Case(w, a, n, k, dev)
+                for m in (1, 16, 32, 64):
+                    base_us = bf16_us(n, k, m, dev)
+                    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                    want = case.reference(x)
+                    for c in (m1 if m == 1 else mdot):
+                        name = (f"decode {c.block_n}x{c.block_k} s{c.split} w{c.warps} "
+                                f"st{c.stages}{' fp4split' if c.split_fp4 else ''}"
+                                f"{' acc2d' if c.acc2d else ''}"
+                                f"{'' if c.fast_fp4 else ' generic-decode'}")
+                        emit(case, m, name, time_variant(case, x, lambda x, p, c=c: fused_linear(
+                            x, p, strategy="decode", config=c), want, dev), base_us)
+                del case
+                torch.cuda.empty_cache()
     if "others" in parts:  # fused emulation of the other formats; reference at M = 1
         n, k = SHAPES[0]
         base = {m: bf16_us(n, k, m, dev) for m in (1, 4096)}

@@ -24,15 +24,57 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.triton.mx_codec import _decode, _nan_like, _pow2, _store_fp32
+from kernels.triton.mx_codec import _nan_like, _pow2, _store_fp32
 from kernels.triton.mx_quant import _bits_view
 from kernels.triton.linear_tiles import _act_tile, _weight_tile
 
 
 @triton.jit
+def _fp4_fields(b, HI: tl.constexpr):
+    """fp32 of the low (HI=0) or high nibble of bytes `b` (int32), times 2**-126: the nibble's
+    sign lands on bit 31 and its e1 e0 m bits on fp32 bits 24..22 in two shifts and a mask
+    (an E2M1 subnormal 0.5 lands on the fp32 subnormal 2**-127: the same 2**-126 factor)."""
+    if HI:
+        f = ((b << 24) >> 6) & -2118123520  # 0x81C00000: sign + bits 24..22
+    else:
+        f = ((b << 28) >> 6) & -2118123520
+    return f.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fp4_factor(sbyte, FAST_SCALE: tl.constexpr):
+    """Per-block multiplier of `_fp4_fields` values: 2**126 * 2**(E - 127) in one fp32 when
+    every scale byte of the weight is <= 128 (checked once at preparation: `fast_fp4_scale`),
+    else 2**(E - 127) (the caller then multiplies by 2**126 first); 0xFF -> NaN."""
+    if FAST_SCALE:
+        f = _pow2(tl.minimum(sbyte, 128) - 1)
+    else:
+        f = _pow2(tl.minimum(sbyte, 254) - 127)
+    return tl.where(sbyte == 255, _nan_like(sbyte), f)
+
+
+@triton.jit
+def _fp4_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, FAST_SCALE: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """An mxfp4 weight tile [BLOCK_N, BLOCK_K] (packed, element 2i in the low nibble) in fp32,
+    exact, with ~4 integer / float operations per element instead of the generic decode's ~8;
+    K must be a multiple of BLOCK_K (the host checks)."""
+    NB: tl.constexpr = BLOCK_K // 32
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_c = tl.minimum(rows, N - 1).to(tl.int64)  # clamped: in bounds, masked at the store
+    b = tl.load(data_ptr + rows_c[:, None] * stride_d + kk * (BLOCK_K // 2)
+                + tl.arange(0, BLOCK_K // 2)[None, :]).to(tl.int32)
+    v = tl.reshape(tl.join(_fp4_fields(b, 0), _fp4_fields(b, 1)), [BLOCK_N, NB, 32])
+    sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + kk * NB
+                    + tl.arange(0, NB)[None, :]).to(tl.int32)
+    if not FAST_SCALE:
+        v = v * 8.507059173023462e37  # 2**126
+    return tl.reshape(v * _fp4_factor(sbyte, FAST_SCALE)[:, :, None], [BLOCK_N, BLOCK_K])
+
+
+@triton.jit
 def _split_fp4_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, HI: tl.constexpr,
-                    W_MBITS: tl.constexpr, W_BIAS: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    FAST_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Half of a K tile of an mxfp4 weight in the split layout (`split_fp4_layout`): byte j of
     tile kk holds element j (low nibble) and element BLOCK_K/2 + j (high nibble), so each half
     decodes from one load with no nibble interleave. Values in fp32, exact (0xFF: NaN)."""
@@ -41,13 +83,12 @@ def _split_fp4_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, HI: t
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows_c = tl.minimum(rows, N - 1).to(tl.int64)  # clamped: in bounds, masked at the store
     b = tl.load(data_ptr + rows_c[:, None] * stride_d + kk * HALF + tl.arange(0, HALF)[None, :])
-    b = b.to(tl.int32)
-    codes = (b >> 4) if HI else (b & 0xF)
+    v = tl.reshape(_fp4_fields(b.to(tl.int32), HI), [BLOCK_N, NBH, 32])
     blk = kk * (2 * NBH) + HI * NBH + tl.arange(0, NBH)
     sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + blk[None, :]).to(tl.int32)
-    val = _decode(tl.reshape(codes, [BLOCK_N, NBH, 32]), W_MBITS, W_BIAS, 4, False, 0)
-    scale = tl.where(sbyte == 255, _nan_like(sbyte), _pow2(tl.minimum(sbyte, 254) - 127))
-    return tl.reshape(val * scale[:, :, None], [BLOCK_N, HALF])
+    if not FAST_SCALE:
+        v = v * 8.507059173023462e37  # 2**126
+    return tl.reshape(v * _fp4_factor(sbyte, FAST_SCALE)[:, :, None], [BLOCK_N, HALF])
 
 
 @triton.jit
@@ -62,6 +103,7 @@ def _decode_linear_kernel(
         W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
         DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
         USE_DOT: tl.constexpr, SPLIT: tl.constexpr, W_SPLIT: tl.constexpr, ACC2D: tl.constexpr,
+        FP4_FAST: tl.constexpr, FAST_SCALE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -80,7 +122,7 @@ def _decode_linear_kernel(
                               A_MBITS, A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB,
                               A_IS_INT, A_ROUNDING, HW_CAST, BLOCK_M, HALF)
                 w = _split_fp4_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n,
-                                    kk, h, W_MBITS, W_BIAS, BLOCK_N, BLOCK_K)
+                                    kk, h, FAST_SCALE, BLOCK_N, BLOCK_K)
                 if USE_DOT:
                     if DOT_KIND == 0:
                         acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
@@ -94,9 +136,13 @@ def _decode_linear_kernel(
             a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, kk, IN_KIND, ACT_MODE, A_MBITS,
                           A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
                           A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
-            w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
-                             W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, BLOCK_N,
-                             BLOCK_K)
+            if FP4_FAST:
+                w = _fp4_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n, kk,
+                              FAST_SCALE, BLOCK_N, BLOCK_K)
+            else:
+                w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n,
+                                 kk, W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK,
+                                 BLOCK_N, BLOCK_K)
             if USE_DOT:
                 if DOT_KIND == 0:
                     acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
@@ -132,6 +178,7 @@ class DecodeConfig:
     stages: int
     split_fp4: bool = False  # mxfp4: read the split layout (split_fp4_layout) where K allows
     acc2d: bool = False  # M == 1: a [BLOCK_N, BLOCK_K] accumulator, rows reduced at the end
+    fast_fp4: bool = True  # mxfp4: the short decode (`_fp4_tile`) where K allows
 
 
 def split_fp4_layout(data: Tensor, block_k: int) -> Tensor:
@@ -175,6 +222,13 @@ GPU_DOT_CONFIG_FP4 = DecodeConfig(block_n=64, block_k=256, split=2, warps=4, sta
 GPU_DOT_CONFIG_8BIT = DecodeConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
 
 
+def fast_fp4_scale(scales: Tensor) -> bool:
+    """Whether every finite block scale byte is <= 128 (2**1), so 2**126 * 2**(E - 127) fits one
+    fp32 multiplier (`_fp4_factor`); true of any real weight (|w| <= 6 * 2 per block)."""
+    finite = scales[scales != 255]
+    return bool(finite.numel() == 0 or int(finite.max()) <= 128)
+
+
 def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
                   dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
                   config: DecodeConfig) -> Tensor:
@@ -189,8 +243,10 @@ def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
     split = triton.cdiv(tiles, per_split)
     use_dot = m > 1
     block_m = max(16, triton.next_power_of_2(m)) if use_dot else 1
-    w_split = (config.split_fp4 and consts["W_PACK"] == 1 and consts["W_BITS"] == 4
-               and k % config.block_k == 0)
+    packed_fp4 = consts["W_PACK"] == 1 and consts["W_BITS"] == 4 and k % config.block_k == 0
+    w_split = config.split_fp4 and packed_fp4
+    fp4_fast = config.fast_fp4 and packed_fp4 and not w_split
+    fast_scale = packed_fp4 and cached.setdefault("fast_fp4_scale", fast_fp4_scale(scales))
     if w_split:
         key = f"decode_split_fp4_{config.block_k}"
         data = cached.get(key)
@@ -207,7 +263,8 @@ def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
         target.stride(0) if split > 1 else 0,
         IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
         DOT_PRECISION=precision, HW_CAST=hw_cast, USE_DOT=use_dot, SPLIT=split,
-        W_SPLIT=w_split, ACC2D=config.acc2d and not use_dot,
+        W_SPLIT=w_split, ACC2D=config.acc2d and not use_dot, FP4_FAST=fp4_fast,
+        FAST_SCALE=bool(fast_scale),
         BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         num_warps=config.warps, num_stages=config.stages, **consts)
     if split > 1:
