@@ -190,6 +190,21 @@ def test_fp4_decodes_match_at_every_scale(m: int, cfg: dict, magnitude: float) -
     assert torch.isfinite(want).all() and rel_err(acc, want) <= ACC_BOUND
 
 
+def test_the_fp4_scale_check_runs_once_per_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It syncs the device: per call it would cost time and break CUDA-graph capture."""
+    from kernels.triton import linear_decode
+
+    calls = []
+    real = linear_decode.fast_fp4_scale
+    monkeypatch.setattr(linear_decode, "fast_fp4_scale", lambda s: calls.append(1) or real(s))
+    prepared = KERNEL.prepare(torch.randn(16, 128).to(DEVICE), SchemeContract(
+        weight=QuantKey.mx("mxfp4", rounding="even", static=True), activation=None))
+    x = torch.randn(1, 128).to(DEVICE)
+    for _ in range(3):
+        fused_linear(x, prepared)
+    assert calls == [1]
+
+
 def test_split_fp4_layout_is_a_per_tile_permutation() -> None:
     from kernels.triton.linear_decode import split_fp4_layout
 

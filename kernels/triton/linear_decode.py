@@ -246,7 +246,9 @@ def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
     packed_fp4 = consts["W_PACK"] == 1 and consts["W_BITS"] == 4 and k % config.block_k == 0
     w_split = config.split_fp4 and packed_fp4
     fp4_fast = config.fast_fp4 and packed_fp4 and not w_split
-    fast_scale = packed_fp4 and cached.setdefault("fast_fp4_scale", fast_fp4_scale(scales))
+    fast_scale = cached.get("fast_fp4_scale")
+    if packed_fp4 and fast_scale is None:  # once per weight (a device sync: not per call)
+        fast_scale = cached.setdefault("fast_fp4_scale", fast_fp4_scale(scales))
     if w_split:
         key = f"decode_split_fp4_{config.block_k}"
         data = cached.get(key)
@@ -264,7 +266,7 @@ def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
         IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
         DOT_PRECISION=precision, HW_CAST=hw_cast, USE_DOT=use_dot, SPLIT=split,
         W_SPLIT=w_split, ACC2D=config.acc2d and not use_dot, FP4_FAST=fp4_fast,
-        FAST_SCALE=bool(fast_scale),
+        FAST_SCALE=bool(packed_fp4 and fast_scale),
         BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         num_warps=config.warps, num_stages=config.stages, **consts)
     if split > 1:
