@@ -113,7 +113,10 @@ def _tile_table(expert_of_row: Tensor, num_experts: int, block_m: int, slots: in
 
     Sorted rows: expert e owns rows [start[e], start[e] + count[e]) and tiles
     [first[e], first[e] + cdiv(count[e], block_m)); a table slot past the last tile -> e = E."""
-    count = torch.bincount(expert_of_row, minlength=num_experts)
+    # scatter_add, not bincount: bincount reads the max id on the host (a device sync that
+    # breaks CUDA-graph capture, which decode loops in inference engines rely on)
+    count = torch.zeros(num_experts, dtype=torch.int64, device=expert_of_row.device)
+    count.scatter_add_(0, expert_of_row.long(), torch.ones_like(expert_of_row, dtype=torch.int64))
     start = torch.cumsum(count, 0) - count
     tiles = (count + block_m - 1) // block_m
     last = torch.cumsum(tiles, 0)  # one past each expert's last tile

@@ -1,0 +1,95 @@
+"""Time the MoE grouped-experts layer (Triton vs reference) against a bf16 baseline on a GPU.
+
+    python tools/bench_moe.py [--experts 8] [--top-k 2] [--n 2048] [--k 2048] [--t 1,16,256,2048]
+
+Why: `MXGroupedExperts` is the MoE path of issue 6; this gives its figures beside the same
+computation in bf16 (tokens grouped by expert, one bf16 F.linear per expert, weighted
+index_add) timed by the same rule (registry.timing: CUDA-graph replay where it captures, else
+eager). Each backend's output is checked against the reference first.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.moe import MXGroupedExperts  # noqa: E402
+from kernels.reference.moe import route  # noqa: E402
+from registry.timing import graph_ms, median_ms  # noqa: E402
+
+
+def bf16_moe(x, w, ids, weights):
+    """The unquantized grouped computation in bf16: torch._grouped_mm (cuBLAS grouped GEMM, no
+    host sync) where this torch has it, else one F.linear per expert over its tokens."""
+    if hasattr(torch, "_grouped_mm"):
+        top_k = ids.shape[1]
+        flat = ids.reshape(-1)
+        order = torch.sort(flat, stable=True).indices
+        counts = torch.zeros(w.shape[0], dtype=torch.int32, device=x.device)
+        counts.scatter_add_(0, flat.index_select(0, order).int(),
+                            torch.ones_like(flat, dtype=torch.int32))
+        y = torch._grouped_mm(x.index_select(0, order // top_k), w.transpose(-2, -1),
+                              offs=torch.cumsum(counts, 0, dtype=torch.int32))
+        rows = torch.empty_like(y, dtype=torch.float32)
+        rows.index_copy_(0, order, y.float())
+        return (rows.view(x.shape[0], top_k, -1) * weights[..., None]).sum(1).to(x.dtype)
+    out = torch.zeros(x.shape[0], w.shape[1], dtype=torch.float32, device=x.device)
+    for e in range(w.shape[0]):
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        if tok.numel():
+            y = F.linear(x[tok], w[e]).float() * weights[tok, slot, None]
+            out.index_add_(0, tok, y)
+    return out.to(x.dtype)
+
+
+def timed(fn, dev) -> tuple[float, str]:
+    try:
+        return graph_ms(fn, dev) * 1e3, "graph"
+    except Exception:  # noqa: BLE001 — host syncs (routing) cannot be captured: eager then
+        torch.cuda.synchronize()
+        return median_ms(fn, dev) * 1e3, "eager"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--n", type=int, default=2048)
+    ap.add_argument("--k", type=int, default=2048)
+    ap.add_argument("--t", default="1,16,256,2048")
+    ap.add_argument("--schemes", default="w_mxfp4,w_mxfp4_a_mxfp4,w_mxfp6_e3m2_a_mxfp6_e3m2")
+    args = ap.parse_args()
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    w = torch.randn(args.experts, args.n, args.k, device=dev, generator=g,
+                    dtype=torch.bfloat16) * 0.05
+    print(f"# MoE E={args.experts} top-k={args.top_k} N={args.n} K={args.k}, "
+          f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("| scheme | T | backend | µs | how | bf16 µs | bf16 / kernel | rel err vs reference "
+          "| bf16 vs reference |")
+    print("|---|---:|---|---:|---|---:|---:|---:|---:|")
+    for name in args.schemes.split(","):
+        layer = {b: MXGroupedExperts(w, name, backend=b) for b in ("triton", "reference")}
+        for t in map(int, args.t.split(",")):
+            x = torch.randn(t, args.k, device=dev, generator=g, dtype=torch.bfloat16)
+            logits = torch.randn(t, args.experts, device=dev, generator=g)
+            ref = layer["reference"](x, logits, args.top_k).float()
+            ids, rw = route(logits, args.top_k)
+            base, how_b = timed(lambda: bf16_moe(x, w, ids, rw), dev)
+            dense = bf16_moe(x, w, ids, rw).float()  # the baseline computes the same thing
+            berr = float((dense - ref).norm() / ref.norm())
+            for b in ("triton", "reference"):
+                out = layer[b](x, logits, args.top_k).float()
+                err = float((out - ref).norm() / ref.norm())
+                us, how = timed(lambda: layer[b](x, logits, args.top_k), dev)
+                print(f"| {name} | {t} | {b} | {us:.1f} | {how} | {base:.1f} ({how_b}) | "
+                      f"{base / us:.2f} | {err:.1e} | {berr:.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
