@@ -1,13 +1,14 @@
-"""The small-M ("decode") strategy of `triton-emulation`: M <= 16 rows, weight-read bound.
+"""The small-M ("decode") strategy of `triton-emulation`: M <= 16 rows (mxfp4: 64), weight-read
+bound.
 
-Why a separate kernel: with one to sixteen activation rows the time is the weight read, so each
+Why a separate kernel: with a few activation rows the time is the weight read, so each
 program owns a stripe of BLOCK_N weight rows (and, with split-K, a slice of K) instead of an
 [M, N] output tile: every weight byte is read once, the activation (tiny) is re-read and
 re-quantized per program in registers. Two inner products:
   FMA (M == 1): acc[BLOCK_N] += sum_k w * x per K tile — no tensor cores, one fp32 FMA per
       weight element;
-  DOT (M <= 16): out^T = W @ QDQ(x)^T with the weight tile as the dot's left operand (the
-      "swap AB" trick: BLOCK_N fills the MMA's 64-row side, the rows of x its 16-wide side).
+  DOT (2 <= M <= 64): out^T = W @ QDQ(x)^T with the weight tile as the dot's left operand
+      (the "swap AB" trick: BLOCK_N fills the MMA's 64-row side, the rows of x the other).
 Split-K (SPLIT > 1) writes fp32 partials [SPLIT, M, N] that the host sums in a fixed order, so
 results are deterministic (no atomics).
 
@@ -24,7 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.triton.mx_codec import _nan_like, _pow2, _store_fp32
+from kernels.triton.mx_codec import _e8m0_value, _nan_like, _pow2, _store_fp32
 from kernels.triton.mx_quant import _bits_view
 from kernels.triton.linear_tiles import _act_tile, _weight_tile
 
@@ -42,15 +43,17 @@ def _fp4_fields(b, HI: tl.constexpr):
 
 
 @triton.jit
-def _fp4_factor(sbyte, FAST_SCALE: tl.constexpr):
-    """Per-block multiplier of `_fp4_fields` values: 2**126 * 2**(E - 127) in one fp32 when
-    every scale byte of the weight is <= 128 (checked once at preparation: `fast_fp4_scale`),
-    else 2**(E - 127) (the caller then multiplies by 2**126 first); 0xFF -> NaN."""
+def _fp4_scaled(v, sbyte, FAST_SCALE: tl.constexpr):
+    """`_fp4_fields` values v [BLOCK_N, NB, 32] times their blocks' scales (bytes [BLOCK_N, NB]):
+    one fp32 multiplier 2**126 * 2**(E - 127) per block when every scale byte of the weight is
+    <= 128 (checked once at preparation: `fast_fp4_scale`), else 2**126 then 2**(E - 127);
+    0xFF -> NaN."""
     if FAST_SCALE:
-        f = _pow2(tl.minimum(sbyte, 128) - 1)
+        f = tl.where(sbyte == 255, _nan_like(sbyte), _pow2(tl.minimum(sbyte, 128) - 1))
     else:
-        f = _pow2(tl.minimum(sbyte, 254) - 127)
-    return tl.where(sbyte == 255, _nan_like(sbyte), f)
+        v = v * 8.507059173023462e37  # 2**126
+        f = _e8m0_value(sbyte)
+    return v * f[:, :, None]
 
 
 @triton.jit
@@ -67,9 +70,7 @@ def _fp4_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, FAST_SCALE:
     v = tl.reshape(tl.join(_fp4_fields(b, 0), _fp4_fields(b, 1)), [BLOCK_N, NB, 32])
     sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + kk * NB
                     + tl.arange(0, NB)[None, :]).to(tl.int32)
-    if not FAST_SCALE:
-        v = v * 8.507059173023462e37  # 2**126
-    return tl.reshape(v * _fp4_factor(sbyte, FAST_SCALE)[:, :, None], [BLOCK_N, BLOCK_K])
+    return tl.reshape(_fp4_scaled(v, sbyte, FAST_SCALE), [BLOCK_N, BLOCK_K])
 
 
 @triton.jit
@@ -86,9 +87,7 @@ def _split_fp4_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, HI: t
     v = tl.reshape(_fp4_fields(b.to(tl.int32), HI), [BLOCK_N, NBH, 32])
     blk = kk * (2 * NBH) + HI * NBH + tl.arange(0, NBH)
     sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + blk[None, :]).to(tl.int32)
-    if not FAST_SCALE:
-        v = v * 8.507059173023462e37  # 2**126
-    return tl.reshape(v * _fp4_factor(sbyte, FAST_SCALE)[:, :, None], [BLOCK_N, HALF])
+    return tl.reshape(_fp4_scaled(v, sbyte, FAST_SCALE), [BLOCK_N, HALF])
 
 
 @triton.jit
@@ -109,34 +108,22 @@ def _decode_linear_kernel(
     pid_s = tl.program_id(1)
     k_lo = pid_s * TILES_PER_SPLIT
     k_hi = tl.minimum(k_lo + TILES_PER_SPLIT, tl.cdiv(K, BLOCK_K))
-    HALF: tl.constexpr = BLOCK_K // 2
+    PARTS: tl.constexpr = 2 if W_SPLIT else 1  # the split mxfp4 layout: two half tiles
+    PART_K: tl.constexpr = BLOCK_K // PARTS
     if USE_DOT:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     else:
         acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        acc2 = tl.zeros([BLOCK_N, HALF if W_SPLIT else BLOCK_K], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_N, PART_K], dtype=tl.float32)
     for kk in range(k_lo, k_hi):
-        if W_SPLIT:  # mxfp4 in the split layout: two half tiles, no nibble interleave
-            for h in tl.static_range(2):
-                a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, 2 * kk + h, IN_KIND, ACT_MODE,
-                              A_MBITS, A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB,
-                              A_IS_INT, A_ROUNDING, HW_CAST, BLOCK_M, HALF)
+        for h in tl.static_range(PARTS):
+            a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, PARTS * kk + h, IN_KIND, ACT_MODE,
+                          A_MBITS, A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB,
+                          A_IS_INT, A_ROUNDING, HW_CAST, BLOCK_M, PART_K)
+            if W_SPLIT:  # no nibble interleave: each half decodes from one load
                 w = _split_fp4_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n,
                                     kk, h, FAST_SCALE, BLOCK_N, BLOCK_K)
-                if USE_DOT:
-                    if DOT_KIND == 0:
-                        acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
-                    else:
-                        acc = tl.dot(w, tl.trans(a), acc, input_precision=DOT_PRECISION)
-                elif ACC2D:
-                    acc2 += w * a
-                else:
-                    acc1 += tl.sum(w * a, axis=1)
-        else:
-            a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, kk, IN_KIND, ACT_MODE, A_MBITS,
-                          A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
-                          A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
-            if FP4_FAST:
+            elif FP4_FAST:
                 w = _fp4_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n, kk,
                               FAST_SCALE, BLOCK_N, BLOCK_K)
             else:
@@ -151,7 +138,7 @@ def _decode_linear_kernel(
             elif ACC2D:  # one FMA per element; rows reduced once, after the loop
                 acc2 += w * a
             else:
-                acc1 += tl.sum(w * a, axis=1)  # a is [1, BLOCK_K]: broadcast over weight rows
+                acc1 += tl.sum(w * a, axis=1)  # a is [1, PART_K]: broadcast over weight rows
     if not USE_DOT:
         if ACC2D:
             acc1 = tl.sum(acc2, axis=1)
@@ -178,7 +165,7 @@ class DecodeConfig:
     stages: int
     split_fp4: bool = False  # mxfp4: read the split layout (split_fp4_layout) where K allows
     acc2d: bool = False  # M == 1: a [BLOCK_N, BLOCK_K] accumulator, rows reduced at the end
-    fast_fp4: bool = True  # mxfp4: the short decode (`_fp4_tile`) where K allows (H200: 12-17 % faster)
+    fast_fp4: bool = True  # mxfp4: the short decode (`_fp4_tile`) where K allows (H200: 12-17 %)
 
 
 def split_fp4_layout(data: Tensor, block_k: int) -> Tensor:

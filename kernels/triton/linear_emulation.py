@@ -18,11 +18,10 @@ dispatcher's activation QDQ bit for bit, the weight decoded exactly, fp32 accumu
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import Tensor
-
-import torch.nn.functional as F
 
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.dispatch import activation_qdq

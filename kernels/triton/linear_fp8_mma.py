@@ -26,16 +26,9 @@ from kernels.formats import BLOCK, get_format
 from kernels.reference.linear import check_input
 from kernels.triton import mx_quant
 from kernels.triton.linear_emulation import DECODE_MAX_M, _check_bias, fused_linear
-from kernels.triton.mx_codec import KIND_OF_DTYPE, _nan_like, _pow2, _store_fp32
+from kernels.triton.mx_codec import KIND_OF_DTYPE, _e8m0_value, _store_fp32
 
 _NAME = "triton-fp8-mma"
-
-
-@triton.jit
-def _scale_of(byte):
-    """fp32 2**(byte - 127) of E8M0 bytes; 0xFF -> NaN."""
-    b = byte.to(tl.int32)
-    return tl.where(b == 255, _nan_like(b), _pow2(tl.minimum(b, 254) - 127))
 
 
 @triton.jit
@@ -63,8 +56,8 @@ def _fp8_mma_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K,
     for kb in range(0, K // 32):
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
-        sa = _scale_of(tl.load(sa_ptr + rows_c * stride_sa + kb))
-        sb = _scale_of(tl.load(sb_ptr + cols_c * stride_sb + kb))
+        sa = _e8m0_value(tl.load(sa_ptr + rows_c * stride_sa + kb).to(tl.int32))
+        sb = _e8m0_value(tl.load(sb_ptr + cols_c * stride_sb + kb).to(tl.int32))
         part = tl.dot(a, tl.trans(b))
         acc += part * (sa[:, None] * sb[None, :])
         a_ptrs += 32

@@ -35,8 +35,8 @@ from kernels.base import PreparedWeight
 from kernels.dispatch import activation_qdq
 from kernels.formats import FORMATS, get_format
 from kernels.triton.mx_codec import (
-    ROUNDING_CODE, _decode, _fp32_to_bf16_bits, _load_fp32, _nan_like, _pow2, _round_value,
-    format_constexprs,
+    ROUNDING_CODE, _decode, _e8m0_value, _fp32_to_bf16_bits, _load_fp32, _nan_like, _pow2,
+    _round_value, format_constexprs,
 )
 from kernels.triton import mx_quant
 from kernels.triton.mx_quant import _load_codes, _tile_scaled
@@ -102,8 +102,7 @@ def _weight_tile(data_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk,
                     mask=(rows < N)[:, None] & (blk < K // 32)[None, :], other=0).to(tl.int32)
     val = _decode(tl.reshape(codes, [BLOCK_N, NB, 32]), W_MBITS, W_BIAS, W_BITS, W_IS_INT,
                   W_SPECIALS)
-    scale = tl.where(sbyte == 255, _nan_like(sbyte), _pow2(tl.minimum(sbyte, 254) - 127))
-    val = val * scale[:, :, None]  # a NaN scale (byte 0xFF) makes the whole block NaN
+    val = val * _e8m0_value(sbyte)[:, :, None]  # a NaN scale (0xFF): the whole block NaN
     return tl.reshape(val, [BLOCK_N, BLOCK_K])
 
 

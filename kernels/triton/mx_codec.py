@@ -76,6 +76,13 @@ def _pow2(e):
 
 
 @triton.jit
+def _e8m0_value(byte):
+    """fp32 2**(byte - 127) of E8M0 scale bytes (int32 tensor); 0xFF -> NaN (the spec's NaN
+    scale: its whole block decodes to NaN)."""
+    return tl.where(byte == 255, _nan_like(byte), _pow2(tl.minimum(byte, 254) - 127))
+
+
+@triton.jit
 def _shared_exponent(amax_bits, EMAX: tl.constexpr, MBITS: tl.constexpr,
                      MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr, ROUNDING: tl.constexpr):
     """Shared exponent E (int32, clamped to [-127, 127]) of blocks whose max |x| has the fp32

@@ -24,7 +24,8 @@ import triton.language as tl
 from kernels.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.formats import resolve_layout
 from kernels.triton.mx_codec import (
-    KIND_OF_DTYPE, ROUNDING_CODE, _decode, _encode, _load_fp32, _nan_like, _pow2,
+    KIND_OF_DTYPE, ROUNDING_CODE, _decode, _e8m0_value, _encode, _load_fp32, _nan_like,
+    _pow2,
     _round_value, _shared_exponent, _store_fp32, format_constexprs,
 )
 
@@ -160,8 +161,7 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
     sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
                     mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
     val = _decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
-    scale = tl.where(sbyte == 255, _nan_like(sbyte), _pow2(tl.minimum(sbyte, 254) - 127))
-    val = val * scale[:, :, None]  # a NaN scale (byte 0xFF) makes the whole block NaN
+    val = val * _e8m0_value(sbyte)[:, :, None]  # a NaN scale (0xFF): the whole block NaN
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
                 tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
