@@ -87,6 +87,12 @@ def bf16_us(n: int, k: int, m: int, dev: str) -> float:
     return graph_ms(lambda: [F.linear(x, w) for w in ws], dev) / len(ws) * 1e3
 
 
+def config_name(c: DecodeConfig) -> str:
+    return (f"decode {c.block_n}x{c.block_k} s{c.split} w{c.warps} st{c.stages}"
+            f"{' fp4split' if c.split_fp4 else ''}{' acc2d' if c.acc2d else ''}"
+            f"{'' if c.fast_fp4 else ' generic-decode'}")
+
+
 def decode_configs(quick: bool) -> list[DecodeConfig]:
     grid = [(64, 256, 1, 4, 3), (32, 256, 1, 4, 3), (128, 256, 1, 8, 3), (64, 512, 1, 4, 2),
             (64, 128, 1, 4, 4), (32, 512, 1, 4, 3), (64, 256, 2, 4, 3), (32, 256, 2, 4, 3),
@@ -132,8 +138,7 @@ def main() -> None:
                 if m <= 16 and "decode" in parts:
                     cfgs = decode_configs(args.quick) if (n, k) == SHAPES[0] else \
                         decode_configs(True)
-                    variants += [(f"decode {c.block_n}x{c.block_k} s{c.split} w{c.warps} "
-                                  f"st{c.stages}", lambda x, p, c=c: fused_linear(
+                    variants += [(config_name(c), lambda x, p, c=c: fused_linear(
                                       x, p, strategy="decode", config=c)) for c in cfgs]
                 if m >= 16 and "large" in parts:
                     variants += [("tiled", lambda x, p: fused_linear(x, p, strategy="tiled"))]
@@ -179,9 +184,7 @@ def main() -> None:
                     if w == "mxfp8_e4m3":
                         cfgs = [c for c in cfgs if not c.split_fp4][:3]
                     for c in cfgs:
-                        name = (f"decode {c.block_n}x{c.block_k} s{c.split} w{c.warps} "
-                                f"st{c.stages}{' fp4split' if c.split_fp4 else ''}"
-                                f"{' acc2d' if c.acc2d else ''}")
+                        name = config_name(c)
                         emit(case, m, name, time_variant(case, x, lambda x, p, c=c: fused_linear(
                             x, p, strategy="decode", config=c), want, dev), base_us)
                     if m >= 32:
@@ -205,10 +208,7 @@ def main() -> None:
                     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
                     want = case.reference(x)
                     for c in (m1 if m == 1 else mdot):
-                        name = (f"decode {c.block_n}x{c.block_k} s{c.split} w{c.warps} "
-                                f"st{c.stages}{' fp4split' if c.split_fp4 else ''}"
-                                f"{' acc2d' if c.acc2d else ''}"
-                                f"{'' if c.fast_fp4 else ' generic-decode'}")
+                        name = config_name(c)
                         emit(case, m, name, time_variant(case, x, lambda x, p, c=c: fused_linear(
                             x, p, strategy="decode", config=c), want, dev), base_us)
                 del case
