@@ -108,6 +108,33 @@ def plan_bench(catalog: Catalog, schemes: Sequence[str] | None,
     return tasks, skips
 
 
+def check_grid(shapes: Sequence[tuple[int, int]], ms: Sequence[int],
+               kernels: Sequence[str] | None) -> None:
+    """ValueError naming the bad value: shapes (N, K) positive ints with K % 32 == 0, M positive
+    ints, nothing twice, kernels None (the resolved kernel) or a non-empty list of names."""
+    def is_int(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not shapes:
+        raise ValueError("shapes is empty; give (N, K) pairs, e.g. [(8192, 8192)]")
+    for shape in shapes:
+        if not (isinstance(shape, (tuple, list)) and len(shape) == 2):
+            raise ValueError(f"shape {shape!r} is not an (N, K) pair")
+        n, k = shape
+        if not (is_int(n) and is_int(k) and n > 0 and k > 0 and k % 32 == 0):
+            raise ValueError(f"shape {n}x{k}: N and K must be positive ints, K a multiple of 32")
+    if len(set(map(tuple, shapes))) != len(shapes):
+        raise ValueError(f"shapes {list(shapes)!r}: a shape is given twice")
+    if not ms or any(not is_int(m) or m <= 0 for m in ms):
+        raise ValueError(f"ms {list(ms)!r}: give positive ints (the activation rows M)")
+    if len(set(ms)) != len(ms):
+        raise ValueError(f"ms {list(ms)!r}: an M is given twice")
+    if kernels is not None and (isinstance(kernels, str) or not kernels
+                                or not all(isinstance(k, str) for k in kernels)):
+        raise ValueError(f"kernels {kernels!r}: give None (the kernel resolve picks) or a "
+                         "non-empty list of kernel names")
+
+
 # --- the run ---------------------------------------------------------------------------------
 
 @dataclass
@@ -169,11 +196,10 @@ def run_bench(schemes: Sequence[str] | None = None,
     from registry import load_schemes
     from registry.platform import detect
 
-    for n, k in shapes:
-        if not (isinstance(n, int) and isinstance(k, int) and n > 0 and k > 0 and k % 32 == 0):
-            raise ValueError(f"shape {n}x{k}: N and K must be positive ints, K a multiple of 32")
-    if not ms or any(not isinstance(m, int) or m <= 0 for m in ms):
-        raise ValueError(f"ms {list(ms)!r}: give positive ints (the activation rows M)")
+    check_grid(shapes, ms, kernels)
+    if _is_cuda(device) and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but torch.cuda.is_available() is False; run on a "
+                         "GPU machine (device='cpu' checks the logic only)")
     catalog = catalog or load_schemes()
     plat = detect() if _is_cuda(device) else Platform("cpu")
     tasks, skips = plan_bench(catalog, schemes, shapes, ms, kernels, plat)

@@ -18,7 +18,7 @@ from registry.errors import Finding
 
 PROG = "registry"
 COMMAND_MODULES: list[str] = ["registry.commands", "registry.commands_kernels",
-                               "registry.commands_bench"]
+                               "registry.commands_bench", "registry.commands_doctor"]
 
 
 class UsageError(Exception):

@@ -137,7 +137,14 @@ def _lint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", action="store_true",
                    help="also run every (scheme, kernel) pair that can run on this machine on "
                         "small random data: it must match the reference emulation and its "
-                        "activation quantization must change the output (imports torch)")
+                        "activation quantization must change the output (imports torch); "
+                        "with PATHs, only their schemes are probed. The results are recorded "
+                        "for `registry doctor` in $REGISTRY_CACHE_DIR (else "
+                        "$XDG_CACHE_HOME/registry, else ~/.cache/registry)")
+    p.add_argument("--kernels", metavar="K,...",
+                   help="with --probe: probe only these kernels (each must run here)")
+    p.add_argument("--no-record", action="store_true",
+                   help="with --probe: do not record the results for `registry doctor`")
 
 
 def _in_scope(f: Finding, files: set[Path], dirs: set[Path], shown: set[str]) -> bool:
@@ -148,6 +155,8 @@ def _in_scope(f: Finding, files: set[Path], dirs: set[Path], shown: set[str]) ->
 
 
 def _lint(args: argparse.Namespace) -> int:
+    if not args.probe and (args.kernels is not None or args.no_record):
+        raise UsageError("registry lint: error: --kernels / --no-record go with --probe")
     for p in args.paths:
         if not Path(p).exists():
             raise UsageError(f"registry lint: error: no such file or directory: {p}")
@@ -165,15 +174,65 @@ def _lint(args: argparse.Namespace) -> int:
         checked = [f for f in catalog.files
                    if Path(f).resolve() in rfiles or Path(f).resolve().parent in rdirs]
         findings = [f for f in run_lint(catalog) if _in_scope(f, rfiles, rdirs, set(checked))]
-    probed = None
+    probed, recorded = None, None
     if args.probe:
         from registry.probe import probe_findings, run_probe
 
-        probed = run_probe(catalog)
+        kernels = _probe_kernels(args.kernels)
+        schemes = None
+        if args.paths:  # only the schemes of the files checked
+            mine = {Path(f).resolve() for f in checked}
+            schemes = [s.name for s in catalog if Path(s.source).resolve() in mine]
+        probed = run_probe(catalog, kernels=kernels, schemes=schemes)
         findings = findings + probe_findings(catalog, probed)
         if not args.json:
             _print_probe(probed)
-    return _report(findings, checked, args.json, probed)
+        if not args.no_record:
+            recorded = record_or_warn(probed, "registry lint")
+    return _report(findings, checked, args.json, probed, recorded)
+
+
+def _probe_kernels(text: str | None) -> list[str] | None:
+    """--kernels K,...: names of kernels that run here, else a usage error (None: all)."""
+    if text is None:
+        return None
+    from kernels.kernel_table import KernelPluginError, kernel_table
+    from registry.platform import detect
+    from registry.probe import runnable_here
+
+    names = [k.strip() for k in text.split(",") if k.strip()]
+    if not names:
+        raise UsageError("registry lint: error: --kernels is empty; name at least one kernel "
+                         "(see registry matrix)")
+    known = kernel_table().names
+    plat = detect()
+    try:
+        here = runnable_here(plat)
+    except KernelPluginError as e:
+        raise UsageError(f"registry lint: error: --kernels: {e}") from None
+    for n in names:
+        if n not in known:
+            raise UsageError(f"registry lint: error: --kernels: unknown kernel {n!r}; known "
+                             f"kernels: {', '.join(known)}")
+        if n not in here:
+            raise UsageError(f"registry lint: error: --kernels: {n} does not run on {plat}; "
+                             f"kernels that run here: {', '.join(here)}")
+    return list(dict.fromkeys(names))
+
+
+def record_or_warn(probed: list, who: str) -> str | None:
+    """Record a probe run for `registry doctor`; a failure is a one-line warning, not a crash."""
+    from registry.platform import detect
+    from registry.probe import record_path, record_probe
+
+    plat = detect()
+    try:
+        return str(record_probe(probed, plat))
+    except (OSError, ValueError) as e:
+        print(f"{who}: warning: could not record the probe in {record_path(plat)}: "
+              f"{type(e).__name__}: {e}; set REGISTRY_CACHE_DIR to a writable directory or "
+              "pass --no-record".replace("\n", " "), file=sys.stderr)
+        return None
 
 
 def _print_probe(results) -> None:
@@ -189,15 +248,18 @@ def _print_probe(results) -> None:
 
 
 def _report(findings: list[Finding], checked: list[str], as_json: bool,
-            probed: list | None = None) -> int:
+            probed: list | None = None, recorded: str | None = None) -> int:
     if as_json:
         out = {"ok": not findings, "checked": checked,
                "findings": [f.to_dict() for f in findings]}
         if probed is not None:
             out["probe"] = [r.to_dict() for r in probed]
+            out["probe_record"] = recorded
         print_json(out)
     else:
         print_findings(findings)
+        if recorded:
+            print(f"probe: recorded in {recorded} (read by `registry doctor`)", file=sys.stderr)
     return 1 if findings else 0
 
 

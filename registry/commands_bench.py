@@ -1,7 +1,8 @@
 """`registry bench`: time the kernels of schemes against bf16 F.linear on this machine's GPU.
 
-Arguments are checked first (schemes, shapes, kernels, output paths, matplotlib for --plot),
-then the GPU: without one the command stops with exit 2 before any work. The runner is
+Arguments are checked first (schemes, shapes, M, kernels: known, implementing a named scheme,
+fitting every shape; output paths writable, matplotlib for --plot), then torch and the GPU:
+any of them wrong stops the command with one line and exit 2 before any work. The runner is
 registry.bench; this module adds the progress line, the table, the JSON / file outputs and the
 plot. torch and matplotlib are imported only inside `run`.
 """
@@ -44,23 +45,31 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
     """'8192x8192,28672x8192' -> [(8192, 8192), (28672, 8192)] (N x K; K a multiple of 32)."""
-    shapes = []
+    shapes: list[tuple[int, int]] = []
     for part in (p.strip() for p in text.split(",")):
-        n, sep, k = part.lower().partition("x")
-        if not (sep and n.isdigit() and k.isdigit() and int(n) > 0 and int(k) > 0):
-            raise ValueError(f"--shapes: {part!r} is not NxK (e.g. 8192x8192, N and K positive)")
+        n, sep, k = (t.strip() for t in part.lower().partition("x"))
+        if not (sep and n.isascii() and n.isdigit() and k.isascii() and k.isdigit()):
+            raise ValueError(f"--shapes: {part!r} is not NxK (e.g. --shapes 8192x8192,"
+                             "28672x8192: N output features x K input features)")
+        if int(n) <= 0 or int(k) <= 0:
+            raise ValueError(f"--shapes: {part!r}: N and K must be positive (e.g. 8192x8192)")
         if int(k) % 32:
-            raise ValueError(f"--shapes: {part!r}: K={k} is not a multiple of the MX block 32")
+            raise ValueError(f"--shapes: {part!r}: K={int(k)} is not a multiple of the MX block "
+                             f"32; use e.g. {max(32, int(k) // 32 * 32)}")
+        if (int(n), int(k)) in shapes:
+            raise ValueError(f"--shapes: {part!r} is given twice; name each shape once")
         shapes.append((int(n), int(k)))
     return shapes
 
 
 def parse_ms(text: str) -> list[int]:
     """'1,16,4096' -> [1, 16, 4096] (positive)."""
-    out = []
+    out: list[int] = []
     for part in (p.strip() for p in text.split(",")):
-        if not part.isdigit() or int(part) <= 0:
+        if not (part.isascii() and part.isdigit()) or int(part) <= 0:
             raise ValueError(f"--m: {part!r} is not a positive integer (e.g. --m 1,16,4096)")
+        if int(part) in out:
+            raise ValueError(f"--m: {part} is given twice; name each M once")
         out.append(int(part))
     return out
 
@@ -71,7 +80,11 @@ def split_list(text: str | None) -> list[str]:
 
 def gpu_device() -> str:
     """'cuda' when torch sees a GPU; else the one-line refusal (UsageError, exit 2)."""
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        raise _fail(f"torch does not import ({type(e).__name__}: {e}); the benchmark runs "
+                    "torch kernels on a GPU: install a CUDA or ROCm build of torch") from None
 
     if torch.cuda.is_available():
         return "cuda"
@@ -93,9 +106,49 @@ def _fail(message: str) -> UsageError:
 
 
 def _check_output_path(option: str, path: str | None) -> None:
-    if path and not Path(path).resolve().parent.is_dir():
-        raise _fail(f"{option} {path}: directory {Path(path).resolve().parent} does not exist; "
-                    "create it first")
+    """The file can be written: its directory exists and is writable, it is no directory."""
+    if path is None:
+        return
+    if not path.strip():
+        raise _fail(f"{option} is empty; give a file name")
+    target = Path(path).expanduser()
+    parent = target.resolve().parent
+    if target.is_dir():
+        raise _fail(f"{option} {path} is a directory; give a file name inside it")
+    if not parent.is_dir():
+        raise _fail(f"{option} {path}: directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK) or (target.exists()
+                                                     and not os.access(target, os.W_OK)):
+        what = f"file {target}" if target.exists() else f"directory {parent}"
+        raise _fail(f"{option} {path}: {what} is not writable; choose another path")
+
+
+def _check_forced_kernels(catalog, schemes: list[str], kernels: list[str],
+                          shapes: list[tuple[int, int]]) -> None:
+    """--kernels that could never run a row are usage errors: one that implements none of the
+    schemes, a named scheme none of them implements, a shape outside a kernel's limits."""
+    from kernels.kernel_table import kernel_by_name
+    from registry.resolve import accepts
+
+    picked = [catalog.get(s) for s in schemes] if schemes else list(catalog.schemes.values())
+    decls = [kernel_by_name(k) for k in kernels]
+    for d in decls:
+        if not any(accepts(d, s.contract)[0] for s in picked):
+            which = ", ".join(sorted({s.name for s in picked})) if schemes else "any scheme"
+            raise _fail(f"--kernels: {d.name} implements none of {which} (e.g. "
+                        f"{picked[0].name}: {accepts(d, picked[0].contract)[1]}); see "
+                        "`registry matrix`")
+        for n, k in shapes:
+            ok, why = d.check_limits(k, n, "bfloat16")
+            if not ok:
+                raise _fail(f"--shapes {n}x{k} does not fit --kernels {d.name}: {why} (K is "
+                            f"in_features, N out_features); choose shapes that fit, or drop "
+                            "the kernel")
+    for name in schemes:
+        s = catalog.get(name)
+        if not any(accepts(d, s.contract)[0] for d in decls):
+            raise _fail(f"scheme {s.name}: none of --kernels {', '.join(kernels)} implements "
+                        f"it; see `registry resolve {s.name}` for the kernels that do")
 
 
 def require_matplotlib() -> None:
@@ -116,27 +169,38 @@ def _command_line(args, shapes, ms) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        shapes = parse_shapes(args.shapes) if args.shapes else list(bench.DEFAULT_SHAPES)
-        ms = parse_ms(args.m) if args.m else list(bench.DEFAULT_MS)
+        shapes = parse_shapes(args.shapes) if args.shapes is not None \
+            else list(bench.DEFAULT_SHAPES)
+        ms = parse_ms(args.m) if args.m is not None else list(bench.DEFAULT_MS)
     except ValueError as e:
         raise _fail(str(e)) from None
     kernels = split_list(args.kernels) or None
     if args.kernels is not None and not kernels:
         raise _fail("--kernels is empty; name at least one kernel (see registry matrix)")
+    if kernels and len(set(kernels)) != len(kernels):
+        twice = next(k for k in kernels if kernels.count(k) > 1)
+        raise _fail(f"--kernels: {twice} is given twice; name each kernel once")
     catalog = catalog_of(args)
     for name in args.scheme_names:
         try:
             catalog.get(name)
         except UnknownSchemeError as e:
             raise _fail(str(e)) from None
-    from kernels.kernel_table import kernel_decls
+    from kernels.kernel_table import KernelPluginError, kernel_decls
 
-    known = [d.name for d in kernel_decls()]
+    try:
+        known = [d.name for d in kernel_decls()]
+    except KernelPluginError as e:
+        raise _fail(f"{e}") from None
     for name in kernels or ():
         if name not in known:
             raise _fail(f"--kernels: unknown kernel {name!r}; known kernels: {', '.join(known)}")
+    if kernels:
+        _check_forced_kernels(catalog, args.scheme_names, kernels, shapes)
     _check_output_path("--out", args.out)
     _check_output_path("--plot", args.plot)
+    if args.out and args.plot and Path(args.out).resolve() == Path(args.plot).resolve():
+        raise _fail(f"--out and --plot name the same file {args.out}; give two files")
     if args.plot:
         require_matplotlib()
     device = gpu_device()

@@ -10,7 +10,18 @@ from registry.commands import catalog_of
 from registry.contract import Scheme
 from registry.errors import UnknownSchemeError
 from registry.platform import Platform, detect
-from registry.resolve import Resolution, ResolutionError, accepts, resolve
+from registry.resolve import (ENV_DISABLED, Resolution, ResolutionError, env_disabled, accepts,
+                              check_kernel_names, resolve)
+
+
+def _mode(res: Resolution, err: str | None) -> str:
+    """`native` / `emulated`, then every deviation kind in capitals (FALLBACK, DISABLED...)."""
+    if err and res.kernel is None:
+        return "ERROR"
+    c = res.chosen
+    words = ["native" if c and c.native else "emulated"]
+    words += [d.kind.upper() for d in res.deviations]
+    return ("ERROR: " if err else "") + " ".join(words)
 
 
 def _platform(args: argparse.Namespace) -> tuple[Platform, str]:
@@ -32,10 +43,11 @@ def _check_kernels(names: list[str]) -> None:
     from kernels.kernel_table import kernel_table
 
     known = kernel_table().names
-    for n in names:
-        if n not in known:
-            raise UsageError(f"registry: error: unknown kernel {n!r}; known kernels: "
-                             f"{', '.join(known)}")
+    try:
+        check_kernel_names(names, "--disable / --force", known)
+        check_kernel_names(env_disabled(), ENV_DISABLED, known)
+    except ValueError as e:
+        raise UsageError(f"registry: error: {e}") from None
 
 
 def _scheme(catalog: Catalog, name: str) -> Scheme:
@@ -54,8 +66,8 @@ def _resolve_args(p: argparse.ArgumentParser) -> None:
                    help="what-if platform (cpu, cuda:sm90, cuda:sm100, rocm:gfx950, xpu, ...); "
                         "default: this machine")
     p.add_argument("--strict", action="store_true",
-                   help="a fallback to an emulated kernel (or --force) is an error "
-                        "(also REGISTRY_STRICT=1)")
+                   help="a fallback to an emulated kernel, --force, or a --disable that "
+                        "changes the kernel is an error (also REGISTRY_STRICT=1)")
     p.add_argument("--disable", metavar="K,...", help="kernels to skip (also "
                                                       "REGISTRY_DISABLED_KERNELS)")
     p.add_argument("--force", metavar="K", help="use this kernel or fail")
@@ -76,13 +88,7 @@ def _resolve_one(scheme: Scheme, plat: Platform, args) -> tuple[Resolution, str 
 
 def _print_resolution(res: Resolution, scheme: Scheme, how: str, error: str | None) -> None:
     aliases = f" (aliases: {', '.join(scheme.aliases)})" if scheme.aliases else ""
-    chosen = res.chosen
-    if res.kernel is None:
-        kernel = "NONE"
-    else:
-        mode = "native" if chosen and chosen.native else "emulated"
-        flags = [mode] + (["FALLBACK"] if res.fallback else []) + (["forced"] if res.forced else [])
-        kernel = f"{res.kernel} ({', '.join(flags)})"
+    kernel = "NONE" if res.kernel is None else f"{res.kernel} ({_mode(res, None)})"
     act = res.contract.activation
     print(table([
         ["scheme", f"{scheme.name}{aliases}"],
@@ -91,7 +97,7 @@ def _print_resolution(res: Resolution, scheme: Scheme, how: str, error: str | No
         ["weight", str(res.contract.weight)],
         ["activation", "none (weight-only)" if act is None else str(act)],
         ["kernel", kernel],
-    ]))
+    ] + [["deviation", str(d)] for d in res.deviations]))
     print("\ncandidates, in priority order:")
     rows = [["", c.kernel, c.reason] for c in res.candidates]
     for row, c in zip(rows, res.candidates):
@@ -123,11 +129,8 @@ def _run_resolve(args: argparse.Namespace) -> int:
     elif args.all:
         rows = [["scheme", "kernel", "mode", "weight", "activation"]]
         for s, res, err in results:
-            c = res.chosen
-            mode = ("ERROR" if err else ("native" if c and c.native else "emulated")
-                    + (" FALLBACK" if res.fallback else ""))
             act = res.contract.activation
-            rows.append([s.name, res.kernel or "-", mode, str(res.contract.weight),
+            rows.append([s.name, res.kernel or "-", _mode(res, err), str(res.contract.weight),
                          "none" if act is None else str(act)])
         print(f"platform: {plat} ({how})\n")
         print(table(rows))
@@ -159,7 +162,8 @@ def _resolve_groups(groups: list, plat: Platform, args) -> list[tuple]:
 def _group_dict(g, res: Resolution | None, err: str | None) -> dict[str, Any]:
     """The same keys for every group: the group's, then its resolution's (None if none)."""
     r = res.to_dict() if res is not None else {}
-    extra = {k: r.get(k) for k in ("platform", "kernel", "native", "fallback", "forced")}
+    extra = {k: r.get(k) for k in ("platform", "kernel", "native", "fallback", "forced",
+                                   "deviations")}
     return dict(g.to_dict(), **extra, candidates=r.get("candidates", []), error=err)
 
 
@@ -194,10 +198,8 @@ def _run_from_config(args: argparse.Namespace) -> int:
         elif g.scheme is None:
             row += ["NO MATCH", "-", "ERROR", "-"]
         else:
-            c = res.chosen
-            mode = "ERROR" if err else ("native" if c and c.native else "emulated") + \
-                (", forced" if res.forced else "")
-            row += [g.scheme.name, res.kernel or "NONE", mode, "yes" if res.fallback else "no"]
+            row += [g.scheme.name, res.kernel or "NONE", _mode(res, err),
+                    "yes" if res.fallback else "no"]
             shown.setdefault(g.scheme.name, res)
         rows.append(row)
     print(table(rows))

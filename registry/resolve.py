@@ -3,13 +3,20 @@
 Each candidate of the platform's ordered list (kernels.kernel_table: the built-in PRIORITY of
 kernels.declarations with plugin kernels placed in it) goes through the same steps, each giving
 (ok, reason): disabled? -> runs on this platform? -> accepts this contract (declared data)? ->
-fits the layer's shape / dtype (when a shape is given)? The first full match wins. `fallback`
-is true when an emulated kernel won where a kernel native on this platform was listed first;
-`strict` turns that into an error. A broken kernel plugin makes every resolution refuse with
-the plugin's one-line error. Nothing here imports torch.
+fits the layer's shape / dtype (when a shape is given)? The first full match wins.
+
+Every way the kernel that runs differs from the platform's plain first choice is a `Deviation`
+in the result: `fallback` (an emulated kernel won where a kernel native here was listed first),
+`forced` (force= / --force skipped the order), `disabled` (a disabled kernel would have run) and
+`plugin` (a kernel plugin won). `strict` (or REGISTRY_STRICT=1) turns each of the first three into
+a ResolutionError; `log_resolution` logs a layer's deviations once, where the layer is built.
+A contract with an activation key is never handed to a weight-only kernel (`accepts`), and
+`kernels.base.LinearKernel.prepare` refuses such a pairing too. A broken kernel plugin makes
+every resolution refuse with the plugin's one-line error. Nothing here imports torch.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional, Union
@@ -19,6 +26,10 @@ from registry.platform import Platform, platform_of
 
 ENV_DISABLED = "REGISTRY_DISABLED_KERNELS"
 ENV_STRICT = "REGISTRY_STRICT"
+
+#: Deviation kinds that strict mode refuses (a plugin kernel winning is the user's own choice).
+STRICT_KINDS: tuple[str, ...] = ("fallback", "forced", "disabled")
+LOG = logging.getLogger("registry.resolve")
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,20 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Deviation:
+    """One way the kernel that runs differs from the platform's first choice, and why."""
+
+    kind: str  # "fallback" | "forced" | "disabled" | "plugin"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Resolution:
     scheme: Optional[str]
     platform: str
@@ -43,6 +68,7 @@ class Resolution:
     forced: bool
     candidates: tuple[Candidate, ...]
     disabled: tuple[str, ...] = ()
+    deviations: tuple[Deviation, ...] = ()
 
     @property
     def chosen(self) -> Optional[Candidate]:
@@ -60,6 +86,7 @@ class Resolution:
             "fallback": self.fallback,
             "forced": self.forced,
             "disabled": list(self.disabled),
+            "deviations": [d.to_dict() for d in self.deviations],
             "candidates": [c.to_dict() for c in self.candidates],
         }
 
@@ -119,9 +146,18 @@ def accepts(decl, contract: SchemeContract,
     return False, f"activation {a} not implemented (takes {describe_keys(takes)})"
 
 
-def _env_disabled() -> tuple[str, ...]:
+def env_disabled() -> tuple[str, ...]:
     raw = os.environ.get(ENV_DISABLED, "")
     return tuple(s.strip() for s in raw.split(",") if s.strip())
+
+
+def check_kernel_names(names: Iterable[str], where: str, known: Iterable[str]) -> None:
+    """ValueError (one line) for a kernel name in `where` that no kernel has."""
+    known = list(known)
+    for k in names:
+        if k not in known:
+            raise ValueError(f"unknown kernel {k!r} in {where}; known kernels: "
+                             f"{', '.join(known)}")
 
 
 def _env_strict() -> bool:
@@ -142,7 +178,8 @@ def resolve(
 
     `shape` = (out_features, in_features) checks the kernels' declared limits too. Raises
     ResolutionError listing every candidate's reason when none fits, or in strict mode
-    (`strict=True` or REGISTRY_STRICT=1) when the choice is a fallback or was forced.
+    (`strict=True` or REGISTRY_STRICT=1) when the choice is a fallback, was forced, or is not
+    the kernel that would run without the disabled ones (`Resolution.deviations` lists each).
     """
     from kernels.kernel_table import kernel_table
 
@@ -155,16 +192,16 @@ def resolve(
                         f"{type(scheme_or_contract).__name__}")
     plat = platform_of(platform)
     strict = strict or _env_strict()
-    off = tuple(dict.fromkeys(list(disabled) + list(_env_disabled())))
+    off = tuple(dict.fromkeys(list(disabled) + list(env_disabled())))
     label = name or str(contract)
     table = kernel_table()
     if table.problems:
         res = Resolution(name, str(plat), contract, None, False, bool(force), (), off)
         raise ResolutionError(f"cannot resolve {label} on {plat}: "
                               + "; ".join(str(p) for p in table.problems), res)
-    for k in off + ((force,) if force else ()):
-        if k not in table.names:
-            raise ValueError(f"unknown kernel {k!r}; known kernels: {', '.join(table.names)}")
+    check_kernel_names(list(disabled), "disabled= / --disable", table.names)
+    check_kernel_names(env_disabled(), ENV_DISABLED, table.names)
+    check_kernel_names([force] if force else [], "force= / --force", table.names)
 
     order = table.candidates_for(plat)
     if force:
@@ -188,19 +225,57 @@ def resolve(
         if chosen is None and native:
             native_listed_before = True
 
-    res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), tuple(results), off)
+    deviations = _deviations(order, plat, contract, shape, act_dtype, chosen, force, fallback,
+                             results, sources, disabled)
+    res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), tuple(results), off,
+                     deviations)
     if chosen is None:
         lines = "; ".join(f"{c.kernel}: {c.reason}" for c in results) or "no candidates"
         raise ResolutionError(f"no kernel implements {label} on {plat}: {lines}", res)
-    if strict and fallback:
+    refused = [d for d in deviations if d.kind in STRICT_KINDS]
+    if strict and refused:
+        how = {"fallback": f"unset {ENV_STRICT} / drop --strict to allow the fallback",
+               "forced": "drop --force / force=",
+               "disabled": f"re-enable it (--disable / disabled= / {ENV_DISABLED})"}
         raise ResolutionError(
-            f"strict mode: {label} on {plat} would fall back to {chosen} (emulated) because "
-            + "; ".join(f"{c.kernel}: {c.reason}" for c in results if c.native and not c.accepted)
-            + f" (unset {ENV_STRICT} / drop --strict to allow the fallback)", res)
-    if strict and force:
-        raise ResolutionError(f"strict mode: kernel {force} was forced for {label}; drop --force",
-                              res)
+            f"strict mode: {label} on {plat} would run {chosen}, not the platform's choice: "
+            + "; ".join(f"{d} ({how[d.kind]})" for d in refused), res)
     return res
+
+
+def _deviations(order, plat: Platform, contract: SchemeContract, shape, act_dtype,
+                chosen: Optional[str], force: Optional[str], fallback: bool,
+                results: list[Candidate], sources: dict[str, str],
+                disabled: Iterable[str]) -> tuple[Deviation, ...]:
+    """What made `chosen` differ from the kernel the platform's plain order would pick."""
+    if chosen is None:
+        return ()
+    out = []
+    if force:
+        out.append(Deviation("forced", f"kernel {force} was forced (force= / --force); the "
+                                       f"platform's order was not consulted"))
+    if fallback:
+        why = "; ".join(f"{c.kernel}: {c.reason}" for c in results if c.native and not c.accepted)
+        out.append(Deviation("fallback", f"{chosen} (emulated) runs because the native kernels "
+                                         f"listed first cannot: {why}"))
+    plain = next((d.name for d in order
+                  if _steps(d, plat, contract, (), shape, act_dtype)[0]), None)
+    if not force and plain is not None and plain != chosen:
+        via = "disabled=/--disable" if plain in set(disabled) else ENV_DISABLED
+        out.append(Deviation("disabled", f"{plain} would run but is disabled ({via}); "
+                                         f"{chosen} runs instead"))
+    if sources.get(chosen, "built-in") != "built-in":
+        out.append(Deviation("plugin", f"{chosen} comes from {sources[chosen]}"))
+    return tuple(out)
+
+
+def log_resolution(res: Resolution, layer: Optional[str] = None) -> None:
+    """Log a layer's deviations (WARNING on logger `registry.resolve`); call it once where the
+    layer is built or re-resolved, never per call."""
+    if res.deviations:
+        who = layer or res.scheme or str(res.contract)
+        LOG.warning("%s: runs %s on %s: %s", who, res.kernel, res.platform,
+                    "; ".join(str(d) for d in res.deviations))
 
 
 def _steps(decl, plat: Platform, contract: SchemeContract, off: tuple[str, ...],

@@ -114,6 +114,8 @@ def graph_ms(fn: Callable[[], object], device, rep_ms: float = 100,
 
 def copy_bandwidth(device, nbytes: int = 1 << 30) -> float:
     """TB/s of dst.copy_(src) (bytes read + written) on an `nbytes` buffer."""
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+        raise ValueError(f"copy_bandwidth: nbytes={nbytes!r}; give a positive int (bytes)")
     import torch
 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
@@ -127,6 +129,9 @@ def copy_bandwidth(device, nbytes: int = 1 << 30) -> float:
 def _copies_needed(weight_bytes: int, device) -> int:
     """Weights a graph replay cycles through so that together they exceed twice the L2 cache
     (each replay then reads its weight from HBM, as in a model); 1 on a CPU."""
+    if weight_bytes <= 0:
+        raise ValueError(f"_copies_needed: weight_bytes={weight_bytes!r}; an empty weight has "
+                         "nothing to time")
     if not _is_cuda(device):
         return 1
     return min(8, max(1, math.ceil(2 * _l2_bytes(device) / weight_bytes)))

@@ -4,8 +4,13 @@ TRITON_INTERPRET must be set before any @triton.jit function is defined, so it i
 before a test module imports kernels.triton.
 """
 import os
+import tempfile
 
 import torch
+
+# `registry lint --probe` records its results in a per-user cache: keep the tests' records out
+# of the real one (and out of each other's runs).
+os.environ.setdefault("REGISTRY_CACHE_DIR", tempfile.mkdtemp(prefix="registry-test-cache-"))
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

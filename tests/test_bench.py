@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import DEVICE
+from test_plugins import install  # noqa: F401 - the fixture that installs the fake plugin
 
 from kernels.base import load_kernel
 from kernels.reference.linear import DequantWeightOnlyLinear
@@ -74,6 +76,105 @@ def test_bad_arguments_are_usage_errors(capsys, no_work, argv, needle):
     code, out, err = run(capsys, "bench", "w_mxfp4", *argv)
     assert code == 2 and out == ""
     assert err.startswith("registry bench: error: ") and needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--m", "abc"], "--m: 'abc' is not a positive integer"),
+    (["--m", "1.5"], "--m: '1.5' is not a positive integer"),
+    (["--m", "-3"], "--m: '-3' is not a positive integer"),
+    (["--m", ""], "--m: '' is not a positive integer"),
+    (["--m", "1,,2"], "--m: '' is not a positive integer"),
+    (["--m", "16,1,16"], "--m: 16 is given twice"),
+    (["--m", "\u0661"], "is not a positive integer"),  # an Arabic-Indic digit: not ASCII
+    (["--shapes", ""], "--shapes: '' is not NxK"),
+    (["--shapes", "64x64x64"], "--shapes: '64x64x64' is not NxK"),
+    (["--shapes=-64x64"], "--shapes: '-64x64' is not NxK"),
+    (["--shapes", "-64x64"], "argument --shapes: expected one argument"),  # argparse's
+    (["--shapes", "axb"], "--shapes: 'axb' is not NxK"),
+    (["--shapes", "0x64"], "--shapes: '0x64': N and K must be positive"),
+    (["--shapes", "64x0"], "--shapes: '64x0': N and K must be positive"),
+    (["--shapes", "64x100"], "K=100 is not a multiple of the MX block 32; use e.g. 96"),
+    (["--shapes", "64x64,64X64"], "--shapes: '64X64' is given twice"),
+    (["--kernels", "reference-emulation,reference-emulation"],
+     "--kernels: reference-emulation is given twice"),
+    (["--kernels", "triton-dot-scaled", "--shapes", "64x96"],
+     "--shapes 64x96 does not fit --kernels triton-dot-scaled: in_features 96 is not a "
+     "multiple of 64"),
+    (["mxfp8", "--kernels", "scaled-mm-mx", "--shapes", "8x128"],
+     "--shapes 8x128 does not fit --kernels scaled-mm-mx: out_features 8 is not a multiple "
+     "of 16"),
+    (["--kernels", "scaled-mm-mx"], "--kernels: scaled-mm-mx implements none of w_mxfp4 (e.g. "
+                                    "w_mxfp4: weight-only contract (activation none) not "
+                                    "implemented"),
+    (["w_mxfp4_a_mxfp4", "--kernels", "dequant-weight-only"],
+     "scheme w_mxfp4_a_mxfp4: none of --kernels dequant-weight-only implements it; see "
+     "`registry resolve w_mxfp4_a_mxfp4`"),
+    (["--out", "/etc/passwd/r.json"], "--out /etc/passwd/r.json: directory /etc/passwd does "
+                                      "not exist"),
+    (["--out", " "], "--out is empty"),
+    (["--plot", "/nonexistent-dir/r.png"], "--plot /nonexistent-dir/r.png: directory"),
+    (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+])
+def test_more_bad_arguments_are_one_line_usage_errors(capsys, no_work, argv, needle):
+    code, out, err = run(capsys, "bench", "w_mxfp4", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("registry") and needle in err, err
+
+
+def test_output_paths_must_be_writable_files(capsys, no_work, tmp_path, monkeypatch):
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--out", str(tmp_path))
+    assert code == 2 and err == (f"registry bench: error: --out {tmp_path} is a directory; "
+                                 "give a file name inside it\n")
+    same = str(tmp_path / "r")
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--out", same, "--plot", same)
+    assert code == 2 and "--out and --plot name the same file" in err
+    real_access = commands_bench.os.access
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(commands_bench.os, "access",  # root may write anywhere: pretend not
+                        lambda p, mode: Path(p) != locked and real_access(p, mode))
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--out", str(locked / "r.json"))
+    assert code == 2 and err == (f"registry bench: error: --out {locked / 'r.json'}: directory "
+                                 f"{locked} is not writable; choose another path\n")
+
+
+def test_no_torch_is_one_line(capsys, no_work, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    code, out, err = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("registry bench: error: torch does not import (")
+    assert "install a CUDA or ROCm build of torch" in err
+
+
+def test_broken_plugin_is_one_line(capsys, no_work, install):  # noqa: F811
+    install("acme-broken", {"raises": "acme_mx_kernels.decls:raises"})
+    code, out, err = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("registry bench: error: kernel plugin acme-broken (entry point raises")
+
+
+def test_runner_rejects_a_bad_grid():
+    for kwargs, needle in [
+        ({"shapes": []}, "shapes is empty"),
+        ({"shapes": [(64, 64.0)]}, "shape 64x64.0: N and K must be positive ints"),
+        ({"shapes": [(64, True)]}, "N and K must be positive ints"),
+        ({"shapes": [64]}, "shape 64 is not an (N, K) pair"),
+        ({"shapes": [(64, 64), (64, 64)]}, "a shape is given twice"),
+        ({"ms": []}, "give positive ints"),
+        ({"ms": [1, 1]}, "an M is given twice"),
+        ({"kernels": []}, "a non-empty list of kernel names"),
+        ({"kernels": "reference-emulation"}, "a non-empty list of kernel names"),
+    ]:
+        args = {"shapes": TINY, "ms": [1], "kernels": None, **kwargs}
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            bench.run_bench(["w_mxfp4"], device="cpu", timing=FAST, **args)
+
+
+def test_runner_refuses_cuda_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"device='cuda' but torch.cuda.is_available\(\) is "
+                                         "False"):
+        bench.run_bench(["w_mxfp4"], TINY, [1], device="cuda", timing=FAST)
 
 
 def test_unknown_scheme_suggests(capsys, no_work):
@@ -227,6 +328,15 @@ def test_ratio_falls_back_to_eager_when_the_baseline_has_no_graph():
     assert row.tb_s == pytest.approx(1000 / 10e-6 / 1e12)
 
 
+def test_timing_rejects_empty_sizes():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="copy_bandwidth: nbytes="):
+            bench.copy_bandwidth("cpu", bad)
+    with pytest.raises(ValueError, match="weight_bytes=0"):
+        bench._copies_needed(0, "cpu")
+    assert bench.copy_bandwidth("cpu", 1 << 12) > 0 and bench._copies_needed(10, "cpu") == 1
+
+
 def test_median_ms_cpu_rule():
     calls = []
     ms = bench.median_ms(lambda: calls.append(1), "cpu", cpu_calls=5)
@@ -342,11 +452,12 @@ def test_tools_use_registry_bench(monkeypatch, capsys, tmp_path):
 
 
 def test_cli_nothing_ran_exits_1(capsys, on_cpu):
-    code, out, err = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1",
+    code, out, err = run(capsys, "bench", "mxfp8", "--shapes", "64x128", "--m", "1",
                          "--kernels", "scaled-mm-mx", "--quiet")
     assert code == 1
     assert "(no rows: nothing to run, see skipped)" in out
-    assert "w_mxfp4 scaled-mm-mx (64x64): does not run on cpu (runs on cuda:sm100+)" in out
+    assert ("w_mxfp8_e4m3_a_mxfp8_e4m3 scaled-mm-mx (64x128): does not run on cpu (runs on "
+            "cuda:sm100+)") in out
     assert "registry bench: nothing ran" in err
 
 

@@ -282,3 +282,21 @@ def test_look_up_commands_import_no_torch_or_triton(argv):
                 if line.startswith("import time:")]
     assert "registry.cli" in imported
     assert not [m for m in imported if m.split(".")[0] in ("torch", "triton")]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["doctor", "--bogus"], "registry: error: unrecognized arguments: --bogus"),
+    (["doctor", "extra"], "registry: error: unrecognized arguments: extra"),
+    (["lint", "--no-record"], "registry lint: error: --kernels / --no-record go with --probe"),
+])
+def test_doctor_and_lint_record_usage_errors(capsys, argv, needle):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith(needle), err
+
+
+def test_help_lists_doctor(capsys):
+    rc, out, _ = run(capsys, "--help")
+    assert rc == 0 and "doctor" in out and "bench" in out
+    rc, out, _ = run(capsys, "doctor", "--help")
+    assert rc == 0 and "--probe" in out and "--json" in out

@@ -115,6 +115,10 @@ def test_resolve_picks_plugin_kernels_where_their_priority_says(install):
     res = resolve(w4, "cpu")
     assert res.kernel == "acme-weight-only" and res.chosen.source == ACME_SRC
     assert res.to_dict()["candidates"][0]["source"] == ACME_SRC
+    # a plugin kernel winning is a deviation (visible, logged) but the user's choice: not strict
+    assert [(d.kind, d.message) for d in res.deviations] == [
+        ("plugin", f"acme-weight-only comes from {ACME_SRC}")]
+    assert resolve(w4, "cpu", strict=True).kernel == "acme-weight-only"
     assert resolve(w4, "cuda:sm90").kernel == "acme-first"
     # a W4A4 scheme never lands on a weight-only plugin kernel
     res = resolve(CATALOG.get("w_mxfp4_a_mxfp4"), "cuda:sm90")

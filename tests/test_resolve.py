@@ -113,7 +113,7 @@ def test_disable_and_force(monkeypatch):
     assert res.kernel == "reference-emulation" and res.forced
     with pytest.raises(ResolutionError, match="forced"):
         resolve(s, "cuda:sm90", force="reference-emulation", strict=True)
-    with pytest.raises(ValueError, match="unknown kernel 'nope'; known kernels"):
+    with pytest.raises(ValueError, match="unknown kernel 'nope' in disabled= / --disable; known kernels"):
         resolve(s, "cuda:sm90", disabled=["nope"])
 
 

@@ -1,0 +1,220 @@
+"""No silent fallback: every path that changes what runs is in the resolution, logged, strict-able.
+
+The deviations (fallback, forced, disabled, plugin) are checked for every shipped scheme on every
+named platform against the plain order; strict mode (argument and REGISTRY_STRICT=1) refuses the
+first three; a weight-only kernel is never handed an activation key; and a scan of the source
+proves that no exception handler swallows an error into another code path unless it is listed
+below with the reason it is not a fallback.
+"""
+from __future__ import annotations
+
+import ast
+import logging
+from pathlib import Path
+
+import pytest
+
+from registry.catalog import load_schemes
+from registry.platform import Platform
+from registry.resolve import (ENV_DISABLED, ENV_STRICT, STRICT_KINDS, ResolutionError, _steps,
+                              log_resolution, resolve)
+
+REPO = Path(__file__).resolve().parent.parent
+PLATFORMS = ["cpu", "cuda:sm80", "cuda:sm89", "cuda:sm90", "cuda:sm100", "cuda:sm120",
+             "rocm:gfx942", "rocm:gfx950", "xpu"]
+CATALOG = load_schemes()
+SCHEMES = sorted(CATALOG.schemes.values(), key=lambda s: s.name)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for var in (ENV_STRICT, ENV_DISABLED):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _plain_choice(scheme, plat):
+    from kernels.kernel_table import kernel_table
+
+    for decl in kernel_table().candidates_for(Platform.parse(plat)):
+        if _steps(decl, Platform.parse(plat), scheme.contract, (), None, None)[0]:
+            return decl.name
+    return None
+
+
+@pytest.mark.parametrize("plat", PLATFORMS)
+def test_a_plain_resolution_has_no_deviation_but_a_declared_fallback(plat):
+    for s in SCHEMES:
+        try:
+            res = resolve(s, plat)
+        except ResolutionError:
+            assert _plain_choice(s, plat) is None
+            continue
+        assert res.kernel == _plain_choice(s, plat)
+        kinds = [d.kind for d in res.deviations]
+        assert kinds == (["fallback"] if res.fallback else []), (s.name, plat, kinds)
+        assert res.to_dict()["deviations"] == [d.to_dict() for d in res.deviations]
+
+
+def _fallback_case():
+    """A (scheme, platform) whose choice is an emulated fallback behind a native kernel."""
+    for plat in PLATFORMS:
+        for s in SCHEMES:
+            try:
+                if resolve(s, plat).fallback:
+                    return s, plat
+            except ResolutionError:
+                pass
+    raise AssertionError("no fallback anywhere: the deviation tests need one")
+
+
+def _disable_case():
+    """A (scheme, platform, kernel) where disabling the plain choice still resolves."""
+    for plat in PLATFORMS:
+        for s in SCHEMES:
+            first = _plain_choice(s, plat)
+            if first is None:
+                continue
+            try:
+                res = resolve(s, plat, disabled=[first])
+            except ResolutionError:
+                continue
+            return s, plat, first, res.kernel
+    raise AssertionError("no scheme resolves with its first kernel disabled")
+
+
+def test_every_deviation_kind_is_in_the_result_and_strict_refuses_it(monkeypatch):
+    s, plat = _fallback_case()
+    assert [d.kind for d in resolve(s, plat).deviations] == ["fallback"]
+    s2, plat2, first, second = _disable_case()
+    res = resolve(s2, plat2, disabled=[first])
+    kinds = {d.kind for d in res.deviations}
+    assert "disabled" in kinds and first in str(res.deviations) and second in str(res.deviations)
+    forced = resolve(SCHEMES[0], "cpu", force="reference-emulation")
+    assert "forced" in {d.kind for d in forced.deviations}
+    cases = {"fallback": dict(scheme_or_contract=s, platform=plat),
+             "disabled": dict(scheme_or_contract=s2, platform=plat2, disabled=[first]),
+             "forced": dict(scheme_or_contract=SCHEMES[0], platform="cpu",
+                            force="reference-emulation")}
+    assert set(cases) == set(STRICT_KINDS)
+    for kind, kwargs in cases.items():
+        with pytest.raises(ResolutionError, match=f"strict mode: .*{kind}: ") as info:
+            resolve(**kwargs, strict=True)
+        assert "\n" not in str(info.value)
+        monkeypatch.setenv(ENV_STRICT, "1")
+        with pytest.raises(ResolutionError, match=f"{kind}: "):
+            resolve(**kwargs)
+        monkeypatch.delenv(ENV_STRICT)
+
+
+def test_a_disabled_kernel_that_would_not_have_run_is_no_deviation():
+    s = next(s for s in SCHEMES if _plain_choice(s, "cpu") == "reference-emulation")
+    res = resolve(s, "cpu", disabled=["scaled-mm-mx"], strict=True)  # not listed on cpu anyway
+    assert res.deviations == () and res.disabled == ("scaled-mm-mx",)
+
+
+def test_env_disabled_is_named_as_the_cause(monkeypatch):
+    s, plat, first, _ = _disable_case()
+    monkeypatch.setenv(ENV_DISABLED, first)
+    res = resolve(s, plat)
+    assert [d for d in res.deviations if d.kind == "disabled" and ENV_DISABLED in d.message]
+
+
+def test_cli_shows_each_deviation_and_strict_exits_1(capsys):
+    from registry.cli import main
+
+    s, plat, first, second = _disable_case()
+    assert main(["resolve", s.name, "--platform", plat, "--disable", first]) == 0
+    out = capsys.readouterr().out
+    assert f"deviation   disabled: {first} would run but is disabled" in out
+    assert main(["resolve", s.name, "--platform", plat, "--disable", first, "--strict"]) == 1
+    assert "error: strict mode" in capsys.readouterr().out
+    assert main(["resolve", "--all", "--platform", plat, "--disable", first, "--json"]) == 0
+    import json
+
+    rows = json.loads(capsys.readouterr().out)
+    assert any(d["kind"] == "disabled" for r in rows for d in r["deviations"])
+
+
+def test_log_resolution_logs_each_deviation_once_and_nothing_for_a_plain_choice(caplog):
+    s, plat, first, second = _disable_case()
+    with caplog.at_level(logging.WARNING, logger="registry.resolve"):
+        log_resolution(resolve(s, plat), layer="model.plain")
+        log_resolution(resolve(s, plat, disabled=[first]), layer="model.layers.0.q_proj")
+    assert len(caplog.records) == 1
+    msg = caplog.records[0].getMessage()
+    assert msg.startswith("model.layers.0.q_proj: runs ") and f"{first} would run" in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# The source scan: an `except` that does not re-raise must be listed here with why it is not a
+# fallback (it reports the error in a result / finding / row, or it is not about what runs).
+# ---------------------------------------------------------------------------------------------
+
+REPORTED = "turns the error into a reported result (finding, row, message)"
+ALLOWED = {
+    ("registry/bench.py", "_run_task"): REPORTED + ": a FAIL / ERROR row, never timed",
+    ("registry/bench.py", "_time_both"): REPORTED + ": the row's error",
+    ("registry/bench.py", "environment"): "an absent optional module is recorded as absent",
+    ("registry/bench.py", "_driver_version"): "the driver version is reported as unknown",
+    ("registry/bench.py", "plan_bench"): REPORTED + ": a skipped row with the reason",
+    ("registry/cli.py", "main"): "usage errors, --help and closed pipes end the command",
+    ("registry/cli.py", "_tolerant_output"): "an output stream without reconfigure stays as is",
+    ("registry/commands_kernels.py", "_resolve_one"): REPORTED,
+    ("registry/commands_kernels.py", "_run_from_config"): REPORTED + " (exit 1 / 2)",
+    ("registry/commands_kernels.py", "matrix_cells"): REPORTED + ": the cell says why",
+    ("registry/errors.py", "display_path"): "a path outside the working directory is shown whole",
+    ("registry/hf_config.py", "dump"): "a value JSON cannot write is shown with repr",
+    ("registry/hf_config.py", "_contract_of"): REPORTED + ": the group's problem",
+    ("registry/lint_kernels.py", "check_resolves"): REPORTED,
+    ("registry/loader.py", "read_scheme_file"): REPORTED,
+    ("registry/loader.py", "_read_text"): REPORTED,
+    ("registry/loader.py", "shipped_dir"): "no installed data package: the checkout's schemes/",
+    ("registry/loader.py", "read_dir"): REPORTED,
+    ("registry/probe.py", "probe_pair"): REPORTED + ": a failed probe result",
+    ("registry/quantize.py", "_in_layer"): "an error type that cannot take a message is re-typed",
+    ("registry/schema.py", "check_file"): REPORTED,
+    ("registry/schema.py", "field_ok"): "answers whether a field is valid",
+    ("registry/yaml_lines.py", "_scalar"): "a number YAML cannot convert stays text (reported)",
+    ("kernels/kernel_table.py", "_load"): REPORTED + ": the plugin's one-line problem",
+    ("kernels/kernel_table.py", "_origin"): "an unreadable entry_points.txt has no line number",
+    ("kernels/triton/linear_tiles.py", "_prepare_tensors"):
+        "an unaligned fp6 buffer is copied dense: same bytes, same kernel",
+    ("kernels/triton/mx_quant.py", "dequantize"):
+        "an unaligned fp6 buffer is copied dense: same bytes, same kernel",
+}
+
+
+def _swallowing_handlers() -> set[tuple[str, str]]:
+    found = set()
+    for root in ("registry", "kernels"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            owner = {}
+            for fn in ast.walk(tree):
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    for sub in ast.walk(fn):
+                        owner.setdefault(id(sub), fn.name)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ExceptHandler) and not any(
+                        isinstance(n, ast.Raise) for b in node.body for n in ast.walk(b)):
+                    found.add((path.relative_to(REPO).as_posix(), owner.get(id(node), "<module>")))
+    return found
+
+
+def test_no_exception_handler_swallows_an_error_unless_listed_with_why():
+    found = _swallowing_handlers()
+    new = sorted(found - set(ALLOWED))
+    assert not new, ("exception handlers that neither re-raise nor are listed as reporting: "
+                     f"{new}; re-raise, or list them in ALLOWED with why this is no fallback")
+    stale = sorted(set(ALLOWED) - found)
+    assert not stale, f"ALLOWED lists handlers that no longer swallow anything: {stale}"
+
+
+def test_the_scan_catches_a_swallowing_handler(tmp_path, monkeypatch):
+    bad = REPO / "kernels" / "_scan_probe_tmp.py"
+    bad.write_text("def pick(x):\n    try:\n        return fast(x)\n    except Exception:\n"
+                   "        return slow(x)\n", encoding="utf-8")
+    try:
+        assert ("kernels/_scan_probe_tmp.py", "pick") in _swallowing_handlers()
+    finally:
+        bad.unlink()
