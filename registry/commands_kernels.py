@@ -155,7 +155,7 @@ def _resolve_groups(groups: list, plat: Platform, args) -> list[tuple]:
         if g.scheme.name not in done:
             done[g.scheme.name] = _resolve_one(g.scheme, plat, args)
         res, err = done[g.scheme.name]
-        out.append((g, res, f"{g.source}: {g.path}: {err}" if err else None))
+        out.append((g, res, f"{g.where}: {g.path}: {err}" if err else None))
     return out
 
 

@@ -21,7 +21,9 @@ import re
 from typing import Any, Mapping, Optional
 
 from registry.hf_config import (ConfigReading, GroupReading, SpecBuilder, SpecReading, dump,
-                                field_path, key_path)
+                                field_path, key_path, lookup, regex_problem)
+from registry.hf_quark import exclude_entry
+from registry.json_lines import JsonPath
 
 E8M0_SCALE_DTYPES = ("torch.uint8", "uint8", "torch.float8_e8m0fnu", "float8_e8m0fnu")
 FP32_SCALE_DTYPES = (None, "torch.float32", "float32")
@@ -46,14 +48,15 @@ def target_rank(kind: str, target: str, name: str, type_name: str) -> Optional[i
     return -1 if kind == "ignore" else rank
 
 
-def read_args(args: Any, role: str, prefix: str, storage: Optional[str]) -> Optional[
-        SpecReading]:
-    """QuantizationArgs read into key facts (None: the tensor is not quantized)."""
+def read_args(args: Any, role: str, prefix: str, storage: Optional[str],
+              loc: JsonPath = ()) -> Optional[SpecReading]:
+    """QuantizationArgs read into key facts (None: the tensor is not quantized); `loc`: its
+    absolute JSON path (default `(prefix,)`)."""
     if args is None:
         return None
-    b = SpecBuilder(role, prefix)
+    b = SpecBuilder(role, prefix, loc)
     if not isinstance(args, Mapping):
-        b.problems.append(f"{prefix}: {dump(args)[:40]} is not a QuantizationArgs object")
+        b.whole(f"{prefix}: {dump(args)[:40]} is not a QuantizationArgs object")
         for k in ("format", "scale.format", "scale.granularity", "scale.block",
                   "scale.rounding", "static"):
             b.fact(k, None, prefix)
@@ -63,16 +66,17 @@ def read_args(args: Any, role: str, prefix: str, storage: Optional[str]) -> Opti
     if strategy is None:
         strategy = "group" if size is not None else "tensor"
         strat_src += f" (compressed-tensors infers {strategy})"
-    gran = _GRANULARITY.get(strategy)
+    gran = lookup(_GRANULARITY, strategy)
     if gran is None:
         text = (f"has no registry key ({_NO_KEY[strategy]}); OCP MX is strategy group "
-                "with group_size 32" if strategy in _NO_KEY else "is not a compressed-tensors "
+                "with group_size 32" if lookup(_NO_KEY, strategy) else
+                "is not a compressed-tensors "
                 "strategy (group, tensor, token, channel, tensor_group, block, attn_head)")
         b.problem("strategy", strategy, text)
     b.fact("scale.granularity", gran or strategy, strat_src)
 
     kind, bits = args.get("type"), args.get("num_bits")
-    elem = ELEMENTS.get((kind, bits))
+    elem = lookup(ELEMENTS, (kind, bits))
     if elem is None:
         b.problem("num_bits", bits, f"with type {dump(kind)} has no registry element format "
                   "(float 4 -> fp4, float 8 -> fp8 e4m3, int 8 -> int8)")
@@ -148,58 +152,85 @@ def _read_group(b: SpecBuilder, args: Mapping, elem: Optional[str], sdt: Any,
            "(round_to_power_2, then floor(log2) - emax)")
 
 
-def _group(cfg: Any, path: str, top_format: Optional[str]) -> GroupReading:
-    if not isinstance(cfg, Mapping):
-        return GroupReading(path, "config group", (), problems=(
-            f"{dump(cfg)[:40]} is not a quantization scheme object",))
-    targets = cfg.get("targets")
-    problems = []
+def _target_problem(targets: Any) -> Optional[str]:
     if not isinstance(targets, list) or not targets or \
             not all(isinstance(t, str) for t in targets):
-        problems.append(f"targets: {dump(targets)[:60]} must be a non-empty list of class "
-                        "names, module names or re: patterns")
+        return (f"targets: {dump(targets)[:60]} must be a non-empty list of class names, "
+                "module names or re: patterns")
+    for t in targets:
+        bad = regex_problem(t)
+        if bad is not None:
+            return f"targets: {bad}"
+    return None
+
+
+def _group(cfg: Any, path: str, top_format: Optional[str], loc: JsonPath,
+           top_loc: JsonPath) -> GroupReading:
+    if not isinstance(cfg, Mapping):
+        return GroupReading(path, "config group", (), loc=loc, problems=((loc, (
+            f"{dump(cfg)[:40]} is not a quantization scheme object")),))
+    targets = cfg.get("targets")
+    problems = []
+    bad_targets = _target_problem(targets)
+    if bad_targets:
+        problems.append((loc + ("targets",), bad_targets))
         targets = []
-    storage = cfg.get("format") or top_format
+    fmt = cfg.get("format")
+    storage = fmt if isinstance(fmt, str) and fmt else top_format
+    if fmt and not isinstance(fmt, str):
+        problems.append((loc + ("format",), f"format: {dump(fmt)[:40]} is not a storage "
+                         "format name (e.g. \"mxfp4-pack-quantized\")"))
     if cfg.get("output_activations") is not None:
-        problems.append("output_activations: set, but registry schemes quantize weights and "
-                        "inputs only")
-    weight = read_args(cfg.get("weights"), "weight", "weights", storage)
-    act = read_args(cfg.get("input_activations"), "activation", "input_activations", storage)
-    where = "format" if cfg.get("format") else "(top-level) format"
+        problems.append((loc + ("output_activations",), "output_activations: set, but "
+                         "registry schemes quantize weights and inputs only"))
+    weight = read_args(cfg.get("weights"), "weight", "weights", storage, loc + ("weights",))
+    act = read_args(cfg.get("input_activations"), "activation", "input_activations", storage,
+                    loc + ("input_activations",))
+    where, floc = ("format", loc + ("format",)) if fmt else ("(top-level) format", top_loc)
     if storage == "nvfp4-pack-quantized":
-        problems.append(f"{where}: {dump(storage)} is NVFP4 (fp8 scales per 16 plus a "
-                        "global scale), not OCP MX")
+        problems.append((floc, f"{where}: {dump(storage)} is NVFP4 (fp8 scales per 16 plus a "
+                         "global scale), not OCP MX"))
     elif storage == "mxfp4-pack-quantized" and weight is not None and \
             weight.facts["format"].value != "mxfp4" and not weight.problems:
-        problems.append(f"{where}: {dump(storage)} but weights are "
-                        f"{weight.facts['format'].value}")
+        problems.append((floc, f"{where}: {dump(storage)} but weights are "
+                         f"{dump(weight.facts['format'].value)}"))
     if weight is None and act is None and not problems:
-        return GroupReading(path, "config group", tuple(targets),
+        return GroupReading(path, "config group", tuple(targets), loc=loc,
                             note="not quantized (weights and input_activations are null)")
-    return GroupReading(path, "config group", tuple(targets), weight, act, tuple(problems))
+    return GroupReading(path, "config group", tuple(targets), weight, act, tuple(problems),
+                        loc=loc)
 
 
-def read_compressed(q: Mapping[str, Any], root: str) -> ConfigReading:
-    """Every config group, then the ignored modules and the parts no scheme covers."""
-    top_format = q.get("format") if isinstance(q.get("format"), str) else None
+def read_compressed(q: Mapping[str, Any], root: str, loc: JsonPath = ()) -> ConfigReading:
+    """Every config group, then the ignored modules and the parts no scheme covers; `loc`:
+    the JSON path of `q` in the file."""
+    raw_format = q.get("format")
+    top_format = raw_format if isinstance(raw_format, str) else None
     groups_path = field_path(root, "config_groups")
+    gloc = loc + ("config_groups",)
     table = q.get("config_groups")
     groups: list[GroupReading] = []
+    if raw_format is not None and top_format is None:
+        groups.append(GroupReading(field_path(root, "format"), "not mapped", (),
+                                   loc=loc + ("format",), problems=((loc + ("format",), (
+                                       f"{dump(raw_format)[:40]} is not a storage format "
+                                       "name (e.g. \"mxfp4-pack-quantized\")")),)))
     if not isinstance(table, Mapping) or not table:
-        groups.append(GroupReading(groups_path, "config group", (), problems=(
-            f"{dump(table)[:40]}: no config groups, so this config quantizes nothing",)))
+        groups.append(GroupReading(groups_path, "config group", (), loc=gloc, problems=((gloc, (
+            f"{dump(table)[:40]}: no config groups, so this config quantizes nothing")),)))
         table = {}
     for name, cfg in table.items():
-        groups.append(_group(cfg, key_path(groups_path, name), top_format))
+        groups.append(_group(cfg, key_path(groups_path, name), top_format, gloc + (name,),
+                             loc + ("format",)))
     ignore = q.get("ignore") or []
     ipath = field_path(root, "ignore")
+    iloc = loc + ("ignore",)
     if not isinstance(ignore, list):
-        groups.append(GroupReading(ipath, "ignore", (), problems=(
-            f"{dump(ignore)[:40]} is not a list of module names / re: patterns",)))
+        groups.append(GroupReading(ipath, "ignore", (), loc=iloc, problems=((iloc, (
+            f"{dump(ignore)[:40]} is not a list of module names / re: patterns")),)))
         ignore = []
     for i, pattern in enumerate(ignore):
-        groups.append(GroupReading(key_path(ipath, i), "ignore", (str(pattern),),
-                                   note=f"not quantized (ignore pattern {pattern})"))
+        groups.append(exclude_entry(key_path(ipath, i), "ignore", pattern, iloc + (i,)))
     for key, what in (("kv_cache_scheme", "KV-cache quantization is not a linear-layer scheme; "
                                           "the registry leaves the KV cache as the runtime "
                                           "keeps it"),
@@ -208,5 +239,6 @@ def read_compressed(q: Mapping[str, Any], root: str) -> ConfigReading:
                                            "applied by registry layers")):
         if q.get(key):
             groups.append(GroupReading(field_path(root, key), "not mapped", (),
+                                       loc=loc + (key,),
                                        note=f"not mapped: {what}"))
     return ConfigReading("compressed-tensors", root, tuple(groups))

@@ -9,6 +9,11 @@ path, the producer field that did not fit, and the nearest scheme (fewest differ
 fields) with what differs. Excluded / ignored modules and parts no scheme covers (KV cache,
 algorithms) are listed, never dropped.
 
+Every message about a file reads `FILE:LINE: <json path>: message`, LINE being the line of the
+offending value in config.json (or of its nearest parent present); a dict given instead of a
+file keeps `<config dict>: <json path>: message`. The file is read strictly
+(`registry.json_lines`: size cap, depth cap, no NaN, no duplicate keys, each one line).
+
     from registry.hf_config import group_for_module, schemes_from_config
     groups = schemes_from_config("model/config.json")
     for g in groups:
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
@@ -30,6 +36,7 @@ from registry.catalog import Catalog, load_schemes
 from registry.contract import (QuantKey, Scheme, SchemeContract, ScaleDesc, _plain,
                                activation_problems)
 from registry.errors import display_path
+from registry.json_lines import JsonLines, JsonPath, JsonProblem, read_json_file, shorten
 
 #: The QuantKey fields a producer's spec is read into (dotted as in scheme YAML).
 KEY_FIELDS: tuple[str, ...] = ("format", "scale.format", "scale.granularity", "scale.block",
@@ -48,11 +55,52 @@ class ConfigError(ValueError):
 
 
 def dump(value: Any) -> str:
-    """A config value as it is written in JSON (true, null, "fp4")."""
+    """A config value as it is written in JSON (true, null, "fp4"), cut to 60 characters (a
+    megabyte value is never echoed; JSON escapes keep it one line)."""
     try:
-        return json.dumps(value, ensure_ascii=True)
-    except (TypeError, ValueError):
-        return repr(value)
+        return shorten(json.dumps(value, ensure_ascii=True))
+    except (TypeError, ValueError, RecursionError):
+        return shorten(ascii(value))
+
+
+def lookup(table: Mapping, value: Any) -> Any:
+    """`table.get(value)`, None for a value that cannot be a key (a list or object)."""
+    plain = (str, int, float, type(None))
+    if isinstance(value, plain) or (isinstance(value, tuple)
+                                    and all(isinstance(v, plain) for v in value)):
+        return table.get(value)
+    return None
+
+
+def regex_problem(pattern: str) -> Optional[str]:
+    """Why a `re:` target / ignore / exclude pattern cannot be used (matching modules against
+    it later would raise), or None."""
+    if not pattern.startswith("re:"):
+        return None
+    try:
+        re.compile(pattern[3:])
+    except (re.error, RecursionError, OverflowError) as e:
+        return f"{dump(pattern)} is not a valid regular expression: {shorten(str(e))}"
+    return None
+
+
+Problem = tuple  # (absolute JSON path of the offending value, one clause naming the field)
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where a config came from: the name shown in messages, and the lines of a file."""
+
+    shown: str
+    lines: Optional[JsonLines] = None  # None: a dict, no lines
+
+    def line(self, loc: JsonPath) -> Optional[int]:
+        return None if self.lines is None else self.lines.line(loc)
+
+    def where(self, loc: JsonPath) -> str:
+        """`FILE:LINE` of the value at `loc` (`<config dict>` without a line)."""
+        line = self.line(loc)
+        return self.shown if line is None else f"{self.shown}:{line}"
 
 
 def key_path(path: str, key: Any) -> str:
@@ -85,7 +133,8 @@ class SpecReading:
     role: str  # "weight" | "activation"
     field: str  # the spec's key inside its group: "weight", "input_tensors", "weights", ...
     facts: Mapping[str, Fact]
-    problems: tuple[str, ...] = ()  # one clause each, naming the producer field
+    problems: tuple[Problem, ...] = ()  # (JSON path, one clause naming the producer field)
+    loc: JsonPath = ()  # the spec's absolute JSON path
 
     def key(self) -> QuantKey:
         """The QuantKey (ValueError when the facts do not form one)."""
@@ -98,10 +147,11 @@ class SpecReading:
 class SpecBuilder:
     """Collects the facts and problems of one spec (`prefix` is the spec's field name)."""
 
-    def __init__(self, role: str, prefix: str):
+    def __init__(self, role: str, prefix: str, loc: JsonPath = ()):
         self.role, self.prefix = role, prefix
+        self.loc = tuple(loc) or (prefix,)  # the spec's absolute JSON path
         self.facts: dict[str, Fact] = {}
-        self.problems: list[str] = []
+        self.problems: list[Problem] = []
 
     def said(self, sub: str, raw: Any) -> str:
         """`weight.group_size: 64`: the producer field as written."""
@@ -111,13 +161,18 @@ class SpecBuilder:
         self.facts[key_field] = Fact(value, source)
 
     def problem(self, sub: str, raw: Any, text: str) -> None:
-        self.problems.append(f"{self.said(sub, raw)} {text}")
+        self.problems.append((self.loc + (sub,), f"{self.said(sub, raw)} {text}"))
+
+    def whole(self, text: str) -> None:
+        """A problem with the spec itself (not one of its fields)."""
+        self.problems.append((self.loc, text))
 
     def build(self) -> SpecReading:
         missing = [k for k in KEY_FIELDS if k not in self.facts]
         if missing:  # a producer bug, not a config problem
             raise AssertionError(f"{self.prefix}: key fields not read: {missing}")
-        return SpecReading(self.role, self.prefix, dict(self.facts), tuple(self.problems))
+        return SpecReading(self.role, self.prefix, dict(self.facts), tuple(self.problems),
+                           self.loc)
 
 
 @dataclass(frozen=True)
@@ -133,8 +188,9 @@ class GroupReading:
     targets: tuple[str, ...]
     weight: Optional[SpecReading] = None
     activation: Optional[SpecReading] = None
-    problems: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()  # (absolute JSON path, clause)
     note: Optional[str] = None  # set for not-quantized / not-mapped entries
+    loc: JsonPath = ()  # the group's absolute JSON path
 
 
 @dataclass(frozen=True)
@@ -161,6 +217,12 @@ class ConfigGroup:
     contract: Optional[SchemeContract] = None
     error: Optional[str] = None
     note: Optional[str] = None
+    line: Optional[int] = None  # the line of the group (of the error's value when unmapped)
+
+    @property
+    def where(self) -> str:
+        """`FILE:LINE` (`<config dict>` without a line): the prefix of this group's messages."""
+        return self.source if self.line is None else f"{self.source}:{self.line}"
 
     @property
     def status(self) -> str:
@@ -194,7 +256,7 @@ class ConfigGroup:
             "scheme": self.scheme.name if self.scheme else None,
             "weight": str(c.weight) if c else None,
             "activation": str(c.activation) if c and c.activation else None,
-            "error": self.error, "note": self.note,
+            "error": self.error, "note": self.note, "line": self.line,
         }
 
 
@@ -214,68 +276,64 @@ def group_for_module(groups: Iterable[ConfigGroup], name: str,
 # Reading the file
 # ---------------------------------------------------------------------------------------------
 
-def load_config(path_or_dict: Union[str, os.PathLike, Mapping[str, Any]]) -> tuple[str, dict]:
-    """(name shown in messages, the parsed JSON object); ConfigError if it is not one."""
+def load_config(path_or_dict: Union[str, os.PathLike, Mapping[str, Any]]
+                ) -> tuple[ConfigSource, dict]:
+    """(where messages point, the parsed JSON object); ConfigError if it is not one."""
     if isinstance(path_or_dict, Mapping):
-        return "<config dict>", dict(path_or_dict)
+        return ConfigSource("<config dict>"), dict(path_or_dict)
     path = Path(path_or_dict)
-    shown = display_path(path)
     if path.is_dir():
         path = path / "config.json"
-        shown = display_path(path)
+    shown = display_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{shown}: no such file (give a config.json or its model "
-                          "directory)", unreadable=True) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{shown}: cannot read: {e}", unreadable=True) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{shown}: not JSON: {e.msg} at line {e.lineno} column {e.colno}",
-                          unreadable=True) from None
+        data, lines = read_json_file(path)
+    except JsonProblem as p:
+        where = shown if p.line is None else f"{shown}:{p.line}"
+        raise ConfigError(f"{where}: {p.message}", unreadable=True) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{shown}: a config.json holds a JSON object, got a "
-                          f"{type(data).__name__}", unreadable=True)
-    return shown, data
+        raise ConfigError(f"{shown}:{lines.line(())}: a config.json holds a JSON object, got "
+                          f"{dump(data)[:20]} (a {type(data).__name__})", unreadable=True)
+    return ConfigSource(shown, lines), data
 
 
-def find_quantization_config(data: Mapping[str, Any], shown: str) -> tuple[str, dict]:
-    """(JSON path, the quantization_config): top level, under text_config (multimodal configs
-    such as Kimi K3), or the file itself when it is a bare quantization_config."""
-    for path, holder in (("quantization_config", data),
-                         ("text_config.quantization_config", data.get("text_config"))):
+def find_quantization_config(data: Mapping[str, Any], src: ConfigSource
+                             ) -> tuple[str, JsonPath, dict]:
+    """(JSON path shown, JSON path, the quantization_config): top level, under text_config
+    (multimodal configs such as Kimi K3), or the file itself when it is a bare
+    quantization_config."""
+    for path, loc, holder in (("quantization_config", ("quantization_config",), data),
+                              ("text_config.quantization_config",
+                               ("text_config", "quantization_config"), data.get("text_config"))):
         if isinstance(holder, Mapping) and "quantization_config" in holder:
             q = holder["quantization_config"]
             if not isinstance(q, Mapping):
-                raise ConfigError(f"{shown}: {path}: {dump(q)[:60]} is not an object")
-            return path, dict(q)
+                raise ConfigError(f"{src.where(loc)}: {path}: {dump(q)} is not an object")
+            return path, loc, dict(q)
     if "quant_method" in data:
-        return "", dict(data)
-    raise ConfigError(f"{shown}: no quantization_config (looked at quantization_config, "
+        return "", (), dict(data)
+    raise ConfigError(f"{src.where(())}: no quantization_config (looked at quantization_config, "
                       "text_config.quantization_config and a bare config's quant_method): "
                       "is this model quantized?")
 
 
-def read_config(path_or_dict) -> tuple[str, ConfigReading]:
-    """(name shown in messages, the producer's reading); ConfigError for an unreadable file,
+def read_config(path_or_dict) -> tuple[ConfigSource, ConfigReading]:
+    """(where messages point, the producer's reading); ConfigError for an unreadable file,
     a missing quantization_config or an unsupported producer."""
-    shown, data = load_config(path_or_dict)
-    root, q = find_quantization_config(data, shown)
+    src, data = load_config(path_or_dict)
+    root, loc, q = find_quantization_config(data, src)
     method = q.get("quant_method")
     where = field_path(root, "quant_method")
     if method == "quark":
         from registry.hf_quark import read_quark
 
-        return shown, read_quark(q, root)
+        return src, read_quark(q, root, loc)
     if method == "compressed-tensors":
         from registry.hf_compressed import read_compressed
 
-        return shown, read_compressed(q, root)
+        return src, read_compressed(q, root, loc)
     what = "missing" if method is None else f"{dump(method)} is not supported"
-    raise ConfigError(f"{shown}: {where}: {what}; supported producers: "
-                      f"{', '.join(PRODUCERS)}")
+    at = src.where(loc + ("quant_method",))
+    raise ConfigError(f"{at}: {where}: {what}; supported producers: {', '.join(PRODUCERS)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,7 +351,11 @@ def key_values(key: Optional[QuantKey]) -> Optional[dict[str, Any]]:
 def _show(key_field: str, value: Any) -> str:
     if key_field == "static" and isinstance(value, bool):
         return "static" if value else "dynamic"
-    return "none" if value is None else str(value)
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value if len(value) <= 60 and value.isprintable() else dump(value)
+    return str(value) if isinstance(value, (int, float)) else dump(value)
 
 
 @dataclass(frozen=True)
@@ -347,9 +409,9 @@ def _describe(diffs: list[Difference], shown: int = 3) -> str:
 
 
 def _contract_of(weight: SpecReading, act: Optional[SpecReading]) -> tuple[
-        Optional[SchemeContract], list[str]]:
+        Optional[SchemeContract], list[Problem]]:
     """The contract, or the problems (naming producer fields) that keep it from forming."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     keys = []
     for spec in (weight, act):
         if spec is None:
@@ -358,45 +420,65 @@ def _contract_of(weight: SpecReading, act: Optional[SpecReading]) -> tuple[
         try:
             keys.append(spec.key())
         except ValueError as e:
-            problems.append(f"{spec.field}: does not form a {spec.role} key: {_plain(e)}")
+            problems.append((spec.loc, f"{spec.field}: does not form a {spec.role} key: "
+                                       f"{_plain(e)}"))
     if act is not None and keys[1] is not None:
         for _f, text in activation_problems(keys[1].scale.format, keys[1].static):
-            problems.append(f"{act.facts['static'].source} but {text}")
+            problems.append((act.loc + (_STATIC_FIELD.get(act.field, act.field),),
+                             f"{act.facts['static'].source} but {text}"))
     if problems:
         return None, problems
     return SchemeContract(weight=keys[0], activation=keys[1]), []
 
 
-def map_group(g: GroupReading, catalog: Catalog, shown: str, producer: str,
-              absent: tuple[str, str]) -> ConfigGroup:
-    """A group read by a producer, with its scheme or a one-line error."""
-    base = dict(source=shown, producer=producer, path=g.path, kind=g.kind, targets=g.targets)
+_STATIC_FIELD = {"input_tensors": "is_dynamic", "input_activations": "dynamic"}
+
+
+def map_group(g: GroupReading, catalog: Catalog, src: ConfigSource, producer: str,
+              absent: tuple[str, str], memo: Optional[dict] = None) -> ConfigGroup:
+    """A group read by a producer, with its scheme or a one-line error at the line of the
+    first offending value."""
+    base = dict(source=src.shown, producer=producer, path=g.path, kind=g.kind,
+                targets=g.targets)
     if g.note is not None:
-        return ConfigGroup(**base, note=g.note)
+        return ConfigGroup(**base, note=g.note, line=src.line(g.loc))
     problems = list(g.problems)
     for spec in (g.weight, g.activation):
         if spec is not None:
             problems += spec.problems
     contract = None
     if not problems and g.weight is None:
-        problems = [f"{absent[0]} but the group quantizes its inputs: activation-only "
-                    "quantization has no registry scheme"]
+        problems = [(g.loc + (absent[0].split(":")[0],),
+                     f"{absent[0]} but the group quantizes its inputs: activation-only "
+                     "quantization has no registry scheme")]
     if not problems:
         contract, problems = _contract_of(g.weight, g.activation)
+    memo = {} if memo is None else memo  # one config repeats a spec over many groups
     if contract is not None:
-        matches = sorted((s for s in catalog.schemes.values() if s.contract == contract),
-                         key=lambda s: s.name)
+        matches = memo.get(str(contract))
+        if matches is None:
+            matches = memo[str(contract)] = sorted(
+                (s for s in catalog.schemes.values() if s.contract == contract),
+                key=lambda s: s.name)
         if matches:
-            return ConfigGroup(**base, scheme=matches[0], contract=contract)
-        problems = [f"no scheme in the catalog has this contract ({contract})"]
-    near = nearest_scheme(g.weight, g.activation, catalog, absent)
-    hint = ""
-    if near is not None:
-        s, diffs = near
-        hint = (f"; nearest scheme {s.name} differs in {_describe(diffs)}" if diffs
-                else f"; nearest scheme {s.name}")
-    return ConfigGroup(**base, contract=contract,
-                       error=f"{shown}: {g.path}: {'; '.join(problems)}{hint}")
+            return ConfigGroup(**base, scheme=matches[0], contract=contract,
+                               line=src.line(g.loc))
+        problems = [(g.loc, f"no scheme in the catalog has this contract ({contract})")]
+    sig = repr([None if r is None else sorted(r.facts.items()) for r in (g.weight, g.activation)])
+    hint = memo.get(sig)
+    if hint is None:
+        near = nearest_scheme(g.weight, g.activation, catalog, absent)
+        hint = ""
+        if near is not None:
+            s, diffs = near
+            hint = (f"; nearest scheme {s.name} differs in {_describe(diffs)}" if diffs
+                    else f"; nearest scheme {s.name}")
+        memo[sig] = hint
+    line = src.line(problems[0][0])
+    where = src.shown if line is None else f"{src.shown}:{line}"
+    text = "; ".join(t for _, t in problems)
+    return ConfigGroup(**base, contract=contract, line=line,
+                       error=f"{where}: {g.path}: {text}{hint}")
 
 
 def schemes_from_config(path_or_dict: Union[str, os.PathLike, Mapping[str, Any]],
@@ -406,10 +488,11 @@ def schemes_from_config(path_or_dict: Union[str, os.PathLike, Mapping[str, Any]]
     the not-quantized / not-mapped entries (`.note`). ConfigError when the file cannot be
     read as a Quark or compressed-tensors config. `catalog`: default `load_schemes()`."""
     catalog = catalog if catalog is not None else load_schemes()
-    shown, reading = read_config(path_or_dict)
+    src, reading = read_config(path_or_dict)
     absent = {"quark": ("weight: null", "input_tensors: null"),
               "compressed-tensors": ("weights: null", "input_activations: null")}
-    return [map_group(g, catalog, shown, reading.producer, absent[reading.producer])
+    memo: dict = {}
+    return [map_group(g, catalog, src, reading.producer, absent[reading.producer], memo)
             for g in reading.groups]
 
 

@@ -28,7 +28,8 @@ import re
 from typing import Any, Mapping, Optional
 
 from registry.hf_config import (ConfigReading, GroupReading, SpecBuilder, SpecReading, dump,
-                                field_path, key_path)
+                                field_path, key_path, lookup, regex_problem)
+from registry.json_lines import JsonPath, one_line
 
 MX_DTYPES = {"fp4": "mxfp4", "fp6_e2m3": "mxfp6_e2m3", "fp6_e3m2": "mxfp6_e3m2",
              "fp8_e4m3": "mxfp8_e4m3", "fp8_e5m2": "mxfp8_e5m2", "int8": "mxint8"}
@@ -63,16 +64,16 @@ def target_rank(kind: str, target: str, name: str, type_name: str) -> Optional[i
     return None
 
 
-def read_spec(spec: Any, role: str, prefix: str) -> Optional[SpecReading]:
-    """A Quark QTensorConfig dict read into key facts (None: the tensor is not quantized)."""
+def read_spec(spec: Any, role: str, prefix: str, loc: JsonPath = ()) -> Optional[SpecReading]:
+    """A Quark QTensorConfig dict read into key facts (None: the tensor is not quantized);
+    `loc`: the spec's absolute JSON path (default `(prefix,)`)."""
     if spec is None:
         return None
-    b = SpecBuilder(role, prefix)
+    b = SpecBuilder(role, prefix, loc)
     if not isinstance(spec, Mapping):
         what = (f"a list of {len(spec)} specs (two-level scales such as NVFP4 or fp8 + int4)"
                 if isinstance(spec, list) else f"a {type(spec).__name__}")
-        b.problems.append(f"{prefix}: {what}; an OCP MX tensor is one per_group spec with "
-                          "e8m0 scales")
+        b.whole(f"{prefix}: {what}; an OCP MX tensor is one per_group spec with e8m0 scales")
         for k in ("format", "scale.format", "scale.granularity", "scale.block",
                   "scale.rounding", "static"):
             b.fact(k, None, prefix)
@@ -82,7 +83,7 @@ def read_spec(spec: Any, role: str, prefix: str) -> Optional[SpecReading]:
     if dtype == "mx":
         dtype, dsub = spec.get("mx_element_dtype"), "mx_element_dtype"
     qscheme = spec.get("qscheme")
-    gran = _QSCHEMES.get(qscheme)
+    gran = lookup(_QSCHEMES, qscheme)
     if role == "weight" and qscheme == "per_channel":
         gran = "channel"
         b.problem("qscheme", qscheme, "(one scale per output channel) has no registry key; "
@@ -127,7 +128,7 @@ def _read_block(b: SpecBuilder, spec: Mapping, dtype: Any, dsub: str, sfmt: Any)
         b.problem("scale_format", sfmt, "but OCP MX scales are e8m0 (write "
                   "scale_format: \"e8m0\")")
     b.fact("scale.format", "e8m0" if sfmt == "e8m0" else sfmt, b.said("scale_format", sfmt))
-    fmt = MX_DTYPES.get(dtype)
+    fmt = lookup(MX_DTYPES, dtype)
     if fmt is None:
         b.problem(dsub, dtype, "is not an OCP MX element type; Quark MX dtypes: "
                   f"{', '.join(MX_DTYPES)}")
@@ -159,7 +160,7 @@ def _read_per_tensor(b: SpecBuilder, spec: Mapping, dtype: Any, dsub: str, sfmt:
                   "per-token scales are fp32")
     b.fact("scale.format", "fp32" if sfmt in (None, "float32", "fp32") else sfmt,
            b.said("scale_format", sfmt))
-    fmt = PER_TENSOR_DTYPES.get(dtype)
+    fmt = lookup(PER_TENSOR_DTYPES, dtype)
     if fmt is None:
         b.problem(dsub, dtype, f"with qscheme {dump(qscheme)} has no registry format; "
                   "the non-MX format is fp8_e4m3 (MX formats need qscheme per_group)")
@@ -191,84 +192,117 @@ def _read_extras(b: SpecBuilder, spec: Mapping, gran: Any) -> None:
 
 
 def _layer_group(cfg: Any, path: str, kind: str, targets: tuple[str, ...],
-                 kv_cache: bool) -> GroupReading:
+                 kv_cache: bool, loc: JsonPath) -> GroupReading:
     """One QLayerConfig: its weight / input_tensors specs and group-level problems."""
     if cfg is None:
-        return GroupReading(path, kind, targets,
+        return GroupReading(path, kind, targets, loc=loc,
                             note="not quantized (null: these modules stay in high precision)")
     if not isinstance(cfg, Mapping):
-        return GroupReading(path, kind, targets, problems=(
-            f"{dump(cfg)[:40]} is not a layer config object (weight, input_tensors, ...)",))
+        return GroupReading(path, kind, targets, loc=loc, problems=((loc, (
+            f"{dump(cfg)[:40]} is not a layer config object (weight, input_tensors, ...)")),))
     problems = []
     if cfg.get("output_tensors") is not None and not kv_cache:
-        problems.append("output_tensors: set, but registry schemes quantize weights and "
-                        "inputs only (quantized outputs have no scheme)")
+        problems.append((loc + ("output_tensors",), "output_tensors: set, but registry schemes "
+                         "quantize weights and inputs only (quantized outputs have no scheme)"))
     if cfg.get("bias") is not None:
-        problems.append("bias: set, but registry schemes keep the bias in high precision")
-    weight = read_spec(cfg.get("weight"), "weight", "weight")
-    act = read_spec(cfg.get("input_tensors"), "activation", "input_tensors")
+        problems.append((loc + ("bias",), "bias: set, but registry schemes keep the bias in "
+                         "high precision"))
+    weight = read_spec(cfg.get("weight"), "weight", "weight", loc + ("weight",))
+    act = read_spec(cfg.get("input_tensors"), "activation", "input_tensors",
+                    loc + ("input_tensors",))
     if weight is None and act is None and not problems:
-        return GroupReading(path, kind, targets, note="not quantized (weight and "
+        return GroupReading(path, kind, targets, loc=loc, note="not quantized (weight and "
                             "input_tensors are null)")
-    return GroupReading(path, kind, targets, weight, act, tuple(problems))
+    return GroupReading(path, kind, targets, weight, act, tuple(problems), loc=loc)
 
 
-def read_quark(q: Mapping[str, Any], root: str) -> ConfigReading:
+def read_quark(q: Mapping[str, Any], root: str, loc: JsonPath = ()) -> ConfigReading:
     """Every group of a Quark config: global, layer types, layer names, then the excluded
-    modules and the parts no registry scheme covers (KV cache, softmax, algorithms)."""
+    modules and the parts no registry scheme covers (KV cache, softmax, algorithms); `loc`:
+    the JSON path of `q` in the file."""
     groups: list[GroupReading] = []
     export = q.get("export") if isinstance(q.get("export"), Mapping) else {}
-    kv_group = [p for p in export.get("kv_cache_group") or [] if isinstance(p, str)]
+    kv_raw = export.get("kv_cache_group")
+    kv_ok = kv_raw is None or (isinstance(kv_raw, list)
+                               and all(isinstance(p, str) for p in kv_raw))
+    kv_group = list(kv_raw or []) if kv_ok else []
 
     def is_kv(pattern: str) -> bool:
         return any(fnmatch.fnmatchcase(pattern, k) or fnmatch.fnmatchcase(k, pattern)
                    for k in kv_group)
 
     gpath = field_path(root, "global_quant_config")
+    if not kv_ok:
+        kloc = loc + ("export", "kv_cache_group")
+        groups.append(GroupReading(field_path(root, "export.kv_cache_group"), "not mapped", (),
+                                   loc=kloc, problems=((kloc, f"{dump(kv_raw)[:40]} is not a "
+                                                       "list of layer-name patterns"),)))
     groups.append(_layer_group(q.get("global_quant_config"), gpath, "global",
-                               ("every module no other entry claims",), False))
+                               ("every module no other entry claims",), False,
+                               loc + ("global_quant_config",)))
     for section, kind in (("layer_type_quant_config", "layer type"),
                           ("layer_quant_config", "layer name")):
         table = q.get(section) or {}
         spath = field_path(root, section)
+        sloc = loc + (section,)
         if not isinstance(table, Mapping):
-            groups.append(GroupReading(spath, kind, (), problems=(
-                f"{dump(table)[:40]} is not an object of pattern -> layer config",)))
+            groups.append(GroupReading(spath, kind, (), loc=sloc, problems=((sloc, (
+                f"{dump(table)[:40]} is not an object of pattern -> layer config")),)))
             continue
         for pattern, cfg in table.items():
             groups.append(_layer_group(cfg, key_path(spath, pattern), kind, (str(pattern),),
-                                       kind == "layer name" and is_kv(str(pattern))))
+                                       kind == "layer name" and is_kv(str(pattern)),
+                                       sloc + (pattern,)))
     excl = q.get("exclude") or []
     epath = field_path(root, "exclude")
+    eloc = loc + ("exclude",)
     if not isinstance(excl, list):
-        groups.append(GroupReading(epath, "exclude", (), problems=(
-            f"{dump(excl)[:40]} is not a list of module names / patterns",)))
+        groups.append(GroupReading(epath, "exclude", (), loc=eloc, problems=((eloc, (
+            f"{dump(excl)[:40]} is not a list of module names / patterns")),)))
         excl = []
     for i, pattern in enumerate(excl):
-        groups.append(GroupReading(key_path(epath, i), "exclude", (str(pattern),),
-                                   note=f"not quantized (exclude pattern {pattern})"))
-    groups += _not_mapped(q, root, kv_group)
+        groups.append(exclude_entry(key_path(epath, i), "exclude", pattern, eloc + (i,)))
+    groups += _not_mapped(q, root, kv_group, loc)
     return ConfigReading("quark", root, tuple(groups))
 
 
-def _not_mapped(q: Mapping[str, Any], root: str, kv_group: list[str]) -> list[GroupReading]:
+def exclude_entry(path: str, kind: str, pattern: Any, loc: JsonPath) -> GroupReading:
+    """One exclude / ignore entry: a note, or a problem when it is not a usable pattern (not
+    text, or a `re:` pattern that does not compile: matching would raise later)."""
+    if not isinstance(pattern, str):
+        return GroupReading(path, kind, (), loc=loc, problems=((loc, (
+            f"{dump(pattern)} is not a module name or pattern (text)")),))
+    bad = regex_problem(pattern)
+    if bad is not None:
+        return GroupReading(path, kind, (), loc=loc, problems=((loc, bad),))
+    return GroupReading(path, kind, (pattern,), loc=loc,
+                        note=f"not quantized ({kind} pattern {one_line(pattern)})")
+
+
+def _not_mapped(q: Mapping[str, Any], root: str, kv_group: list[str],
+                loc: JsonPath) -> list[GroupReading]:
     out = []
     if kv_group or q.get("kv_cache_quant_config"):
         where = "export.kv_cache_group" if kv_group else "kv_cache_quant_config"
         out.append(GroupReading(
             field_path(root, where), "not mapped", tuple(kv_group),
+            loc=loc + tuple(where.split(".")),
             note="not mapped: KV-cache quantization (output_tensors of these layers) is not a "
                  "linear-layer scheme; the registry leaves the KV cache as the runtime keeps it"))
     if q.get("softmax_quant_spec") is not None:
         out.append(GroupReading(field_path(root, "softmax_quant_spec"), "not mapped", (),
+                                loc=loc + ("softmax_quant_spec",),
                                 note="not mapped: softmax quantization is not a linear-layer "
                                      "scheme"))
     algo = q.get("algo_config")
     if algo:
         items = algo if isinstance(algo, list) else [algo]
-        names = [str(a.get("name", "?")) if isinstance(a, Mapping) else str(a) for a in items]
+        names = [one_line(str(a.get("name", "?") if isinstance(a, Mapping) else a)[:200])
+                 for a in items[:10]]
+        more = f", and {len(items) - 10} more" if len(items) > 10 else ""
         out.append(GroupReading(field_path(root, "algo_config"), "not mapped", tuple(names),
+                                loc=loc + ("algo_config",),
                                 note="not mapped: calibration algorithms "
-                                     f"({', '.join(names)}) shaped the stored weights; "
+                                     f"({', '.join(names)}{more}) shaped the stored weights; "
                                      "rotations that need online transforms are not applied"))
     return out

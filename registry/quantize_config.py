@@ -17,6 +17,7 @@ from torch import nn
 
 from registry.catalog import Catalog
 from registry.hf_config import group_for_module, schemes_from_config
+from registry.json_lines import one_line
 from registry.platform import Platform
 from registry.quantize import QuantizationReport, quantize_model
 
@@ -45,7 +46,8 @@ def quantize_model_from_config(
             raise ValueError(f"layer {name}: {group.error}")
         else:  # exclude / ignore
             kept.append(name)
-            notes.append(f"{name}: not quantized ({group.path}: {', '.join(group.targets)})")
+            shown = ", ".join(one_line(t) for t in group.targets)
+            notes.append(f"{name}: not quantized ({group.path}: {shown})")
     if not schemes:
         raise ValueError(f"{groups[0].source if groups else config}: the config quantizes none "
                          "of the model's nn.Linear layers; check the module names against its "

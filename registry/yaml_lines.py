@@ -4,12 +4,16 @@ PyYAML's SafeLoader is used only to scan, parse and compose nodes; the values ar
 from the nodes, so that: every mapping key and list item records its line; a duplicate key is
 an error (PyYAML would keep the last one silently); explicit tags (`!!python/...`, `!foo`),
 anchors and aliases are refused before anything is built from them (no objects, no
-billion-laughs); nesting deeper than MAX_DEPTH stops at once; YAML 1.1 words such as `yes`,
-`no`, `on`, `off` stay strings (only `true` / `false` are booleans), so `static: yes` is
-reported rather than guessed.
+billion-laughs); nesting deeper than MAX_DEPTH or more than MAX_NODES values (a 100k-key
+flood would otherwise take seconds and print 100k findings) stop at once; YAML 1.1 words
+such as `yes`, `no`, `on`, `off` stay strings (only `true` / `false` are booleans), so
+`static: yes` is reported rather than guessed. Lines are counted as editors count them (\n, \r\n, \r), not as
+YAML does (it also breaks lines at U+0085, U+2028, U+2029), so `file:line` never points past
+the end of the file.
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +23,12 @@ from yaml.events import AliasEvent, StreamEndEvent
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 MAX_DEPTH = 20  # mapping / list levels; a scheme file needs 3
+MAX_NODES = 1000  # keys, values and list items; a scheme file has about 25
 DocPath = tuple  # a path into the document: keys (str) and list indexes (int)
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_\-]+")
 _YAML_TAG_PREFIX = "tag:yaml.org,2002:"
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class YamlProblem(Exception):
@@ -75,11 +81,17 @@ class _StrictComposer(yaml.SafeLoader):
 
     def __init__(self, text: str):
         super().__init__(text)
+        self._breaks = [m.end() for m in _LINE_BREAK.finditer(text)]
         self._depth = 0
+        self._nodes = 0
+
+    def line_of_mark(self, mark) -> int:
+        """The 1-based line of a PyYAML mark, counting only \n, \r\n and \r as breaks."""
+        return bisect.bisect_right(self._breaks, mark.index) + 1 if mark is not None else 1
 
     def compose_node(self, parent, index):  # noqa: D102 (PyYAML hook)
         event = self.peek_event()
-        line = event.start_mark.line + 1
+        line = self.line_of_mark(event.start_mark)
         if isinstance(event, AliasEvent):
             raise YamlProblem(line, f"YAML alias '*{event.anchor}' is not allowed in scheme "
                                     "files; write the value out")
@@ -90,6 +102,10 @@ class _StrictComposer(yaml.SafeLoader):
         if tag is not None:
             raise YamlProblem(line, f"explicit YAML tag {_show_tag(tag)!r} is not allowed in "
                                     "scheme files; write plain values")
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise YamlProblem(line, f"more than {MAX_NODES} keys, values and list items; a "
+                                    "scheme file has about 25")
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
@@ -100,9 +116,8 @@ class _StrictComposer(yaml.SafeLoader):
             self._depth -= 1
 
 
-def _mark_line(err: yaml.MarkedYAMLError) -> int:
-    mark = err.problem_mark or err.context_mark
-    return mark.line + 1 if mark is not None else 1
+def _mark_line(loader: _StrictComposer, err: yaml.MarkedYAMLError) -> int:
+    return loader.line_of_mark(err.problem_mark or err.context_mark)
 
 
 def _yaml_error_text(err: yaml.MarkedYAMLError) -> str:
@@ -121,15 +136,16 @@ def parse_yaml(text: str) -> Parsed:
                                  "name, summary, aliases, weight, activation")
         node = loader.compose_document()
         if not loader.check_event(StreamEndEvent):
-            line = loader.peek_event().start_mark.line + 1
+            line = loader.line_of_mark(loader.peek_event().start_mark)
             raise YamlProblem(line, "a second YAML document ('---'); put one scheme in each file")
-        parsed = Parsed(data=None, lines={(): node.start_mark.line + 1})
+        parsed = Parsed(data=None, lines={(): loader.line_of_mark(node.start_mark)})
         parsed.data = _build(loader, node, (), parsed)
         return parsed
     except yaml.MarkedYAMLError as e:
-        raise YamlProblem(_mark_line(e), f"not valid YAML: {_yaml_error_text(e)}") from None
+        raise YamlProblem(_mark_line(loader, e) if loader else 1,
+                          f"not valid YAML: {_yaml_error_text(e)}") from None
     except yaml.reader.ReaderError as e:
-        line = text.count("\n", 0, max(e.position, 0)) + 1
+        line = len(_LINE_BREAK.findall(text, 0, max(e.position, 0))) + 1
         char = e.character if isinstance(e.character, int) else ord(e.character[:1] or "?")
         raise YamlProblem(line, f"character U+{char:04X} is not allowed in YAML text; "
                                 "remove it") from None
@@ -146,13 +162,13 @@ def _build(loader: _StrictComposer, node: Any, path: DocPath, parsed: Parsed) ->
     if isinstance(node, SequenceNode):
         items = []
         for i, item in enumerate(node.value):
-            parsed.lines[path + (i,)] = item.start_mark.line + 1
+            parsed.lines[path + (i,)] = loader.line_of_mark(item.start_mark)
             items.append(_build(loader, item, path + (i,), parsed))
         return items
     if isinstance(node, MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            kline = key_node.start_mark.line + 1
+            kline = loader.line_of_mark(key_node.start_mark)
             if not isinstance(key_node, ScalarNode):
                 parsed.problems.append((kline, dotted(path), "a key must be a plain word, not a "
                                         "list or mapping"))
@@ -167,7 +183,8 @@ def _build(loader: _StrictComposer, node: Any, path: DocPath, parsed: Parsed) ->
             parsed.lines[path + (key,)] = kline
             out[key] = _build(loader, value_node, path + (key,), parsed)
         return out
-    raise YamlProblem(node.start_mark.line + 1, "unexpected YAML node")  # pragma: no cover
+    raise YamlProblem(loader.line_of_mark(node.start_mark),
+                      "unexpected YAML node")  # pragma: no cover
 
 
 def _scalar(loader: _StrictComposer, node: ScalarNode, path: DocPath, parsed: Parsed) -> Any:
@@ -182,7 +199,7 @@ def _scalar(loader: _StrictComposer, node: ScalarNode, path: DocPath, parsed: Pa
             return loader.construct_yaml_int(node) if tag == "int" \
                 else loader.construct_yaml_float(node)
         except (ValueError, OverflowError):
-            parsed.problems.append((node.start_mark.line + 1, dotted(path),
+            parsed.problems.append((loader.line_of_mark(node.start_mark), dotted(path),
                                     f"number {text[:20]!r}... is too long to read"))
             return text
     return text

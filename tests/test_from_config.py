@@ -133,27 +133,29 @@ def test_contracts_not_names_third_party_scheme(tmp_path):
 
 # --- broken fixtures and broken variants: the field is named, with the nearest scheme ----------
 
-@pytest.mark.parametrize("name,path,needles", [
-    ("broken_quark_group_size_64.json", GLOBAL,
+# LINE: the line of the first offending value (by hand from the fixture files)
+@pytest.mark.parametrize("name,line,path,needles", [
+    ("broken_quark_group_size_64.json", 57, GLOBAL,
      ["weight.group_size: 64 but OCP MX blocks are 32",
       "nearest scheme w_mxfp4_a_mxfp4 differs in weight scale.block: 64 here"]),
-    ("broken_quark_scale_mode_ceil.json", GLOBAL,
+    ("broken_quark_scale_mode_ceil.json", 63, GLOBAL,
      ['weight.scale_calculation_mode: "ceil"', 'input_tensors.scale_calculation_mode: "ceil"',
       "none of the registry's roundings",
       "nearest scheme w_mxfp4_a_mxfp4 differs in weight scale.rounding: ceil here"]),
-    ("broken_quark_dtype_fp5.json", f'{LAYER}["*.mlp.experts.*"]',
+    ("broken_quark_dtype_fp5.json", 138, f'{LAYER}["*.mlp.experts.*"]',
      ['weight.dtype: "fp5" is not an OCP MX element type',
       "nearest scheme w_mxfp4_a_mxfp6_e3m2 differs in weight format: fp5 here"]),
-    ("broken_ct_nvfp4.json", GROUP0,
+    ("broken_ct_nvfp4.json", 17, GROUP0,
      ['format: "nvfp4-pack-quantized" is NVFP4', 'weights.strategy: "tensor_group"',
       'input_activations.dynamic: "local"', "nearest scheme"]),
 ])
-def test_broken_fixture_names_field_and_nearest(name, path, needles):
+def test_broken_fixture_names_field_and_nearest(name, line, path, needles):
     groups = schemes_from_config(FIXTURES / name)
     bad = [g for g in groups if g.error]
     assert [g.path for g in bad] == [path]
     msg = bad[0].error
-    assert msg.startswith(f"{display_path(FIXTURES / name)}: {path}: ") and "\n" not in msg
+    assert msg.startswith(f"{display_path(FIXTURES / name)}:{line}: {path}: ") and "\n" not in msg
+    assert bad[0].line == line and bad[0].where == f"{display_path(FIXTURES / name)}:{line}"
     for n in needles:
         assert n in msg, (n, msg)
 
@@ -250,17 +252,18 @@ def test_broken_variant_names_field(base, mutate, path, needles):
 
 
 @pytest.mark.parametrize("name,needle", [
-    ("broken_not_json.json", "not JSON: Expecting property name"),
-    ("broken_no_quantization_config.json", "no quantization_config (looked at"),
+    ("broken_not_json.json", ":4: not JSON: Expecting property name"),
+    ("broken_no_quantization_config.json", ":1: no quantization_config (looked at"),
     ("broken_unsupported_producer.json",
-     'quantization_config.quant_method: "gptq" is not supported; supported producers: quark, '
-     "compressed-tensors"),
-    ("no_such_file.json", "no such file"),
+     ':19: quantization_config.quant_method: "gptq" is not supported; supported producers: '
+     "quark, compressed-tensors"),
+    ("no_such_file.json", ": no such file"),
 ])
 def test_unreadable_configs_raise_one_line(name, needle):
     with pytest.raises(ConfigError) as e:
         schemes_from_config(FIXTURES / name)
-    assert needle in str(e.value) and name in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).startswith(display_path(FIXTURES / name) + needle), str(e.value)
+    assert "\n" not in str(e.value)
     assert e.value.unreadable == (name in ("broken_not_json.json", "no_such_file.json"))
 
 
@@ -467,7 +470,8 @@ def test_cli_strict_disable_force_like_plain_resolve(capsys):
                        "--strict")
     error = next(line for line in out.splitlines() if line.startswith("error: "))
     assert code == 1 and "strict mode" in error
-    assert error.startswith(f"error: {display_path(path)}: {GLOBAL}: ")
+    line = next(i for i, text in enumerate(open(path), 1) if '"global_quant_config"' in text)
+    assert error.startswith(f"error: {display_path(path)}:{line}: {GLOBAL}: ")
     mx4 = str(FIXTURES / "quark_mxfp4_w4a4.json")
     off = ("--platform", "cuda:sm90", "--disable", "triton-dot-scaled", "--json")
     plain = json.loads(run(capsys, "resolve", "w_mxfp4_a_mxfp4", *off)[1])

@@ -71,7 +71,9 @@ def test_compressed_tensors_targets_and_ignore(name: str, scheme: str):
 def test_an_unmapped_group_names_the_layer_and_the_field_and_changes_nothing():
     model = Block()
     with pytest.raises(ValueError, match=r"layer model\.layers\.0\.mlp\.experts\.0\.down_proj: "
-                                         r".*weight\.group_size: 64"):
+                                         r".*broken_quark_group_size_64\.json:57: "
+                                         r"quantization_config\.global_quant_config: "
+                                         r"weight\.group_size: 64"):
         quantize_model_from_config(model, CONFIGS / "broken_quark_group_size_64.json")
     assert not schemes_of(model)
 
