@@ -16,7 +16,7 @@ from torch import Tensor
 
 from kernels.declarations import KernelDecl
 from kernels.dispatch import activation_qdq, calibrate_act_scale
-from kernels.mx import MXTensor, mx_quantize
+from kernels.mx import MXTensor, check_device, check_float_input, mx_quantize
 from kernels.reference.fp8_tensor import check_act_scale
 from registry.contract import SchemeContract
 
@@ -60,7 +60,22 @@ class LinearKernel:
     def prepare(self, weight: Tensor | MXTensor, contract: SchemeContract, *,
                 act_scale: Tensor | float | None = None,
                 calibration: Tensor | None = None) -> PreparedWeight:
-        """Quantize (or check) the weight for `contract`; attach the static activation scale."""
+        """Quantize (or check) the weight for `contract`; attach the static activation scale.
+
+        A contract outside the kernel's declared families is refused here, so a weight-only
+        kernel can never be handed an activation key and run the layer unquantized."""
+        if contract.activation is not None:
+            activation_qdq(contract.activation)  # UnknownActivationKey for a key it lacks
+        if not self.decl.implements(contract):
+            takes = {a for f in self.decl.accepts if contract.weight in f.weights
+                     for a in f.activations}
+            if contract.activation is not None and takes == {None}:
+                why = (f"it is weight-only and would ignore the activation key "
+                       f"{contract.activation}")
+            else:
+                why = "the contract is outside its declared families (registry matrix)"
+            raise ValueError(f"kernel {self.name} does not implement {contract}: {why}; resolve "
+                             "the scheme (registry.resolve) to pick a kernel that does")
         wkey = contract.weight
         if isinstance(weight, MXTensor):
             if weight.fmt != wkey.format or weight.rounding != wkey.scale.rounding:
@@ -71,14 +86,19 @@ class LinearKernel:
             if len(weight.shape) != 2:
                 raise ValueError(f"weight must be 2-D [out_features, in_features], got shape "
                                  f"{tuple(weight.shape)}")
+            check_device(weight.device, "weight MXTensor")
             mx = weight
         else:
             if not isinstance(weight, Tensor) or weight.dim() != 2:
                 got = tuple(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__
                 raise ValueError(f"weight must be a 2-D tensor [out_features, in_features], "
                                  f"got {got}")
+            check_float_input(weight, "weight")
             mx = mx_quantize(weight, wkey.format, rounding=wkey.scale.rounding,
                              layout=self.weight_layout)
+        if mx.shape[0] == 0:
+            raise ValueError(f"weight has shape {tuple(mx.shape)}: out_features is 0; a layer "
+                             "needs at least one output feature")
         ok, why = self.can_implement(mx.shape[1], mx.shape[0])
         if not ok:
             raise ValueError(f"kernel {self.name} cannot run this layer: {why}")

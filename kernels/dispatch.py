@@ -73,12 +73,27 @@ def activation_qdq(key: QuantKey, backend: str = "auto") -> ActivationQDQ:
     return partial(fn, key=key, backend=backend)
 
 
+_CALIBRATION_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
 def calibrate_act_scale(key: QuantKey, sample: Tensor) -> Tensor:
-    """A static per-tensor activation scale from a sample batch: amax / max normal (fp8 E4M3)."""
+    """A static per-tensor activation scale from a sample batch: amax / max normal (fp8 E4M3).
+
+    An all-zero sample gives the smallest normal fp32 scale (2**-126), not 0 (not a valid
+    scale); NaN / Inf in the sample is an error."""
     if key != FP8_STATIC_TENSOR_KEY:
         raise ValueError(f"activation key {key} has no static scale to calibrate")
+    if not isinstance(sample, Tensor) or not sample.is_floating_point() or \
+            sample.dtype not in _CALIBRATION_DTYPES:
+        got = sample.dtype if isinstance(sample, Tensor) else type(sample).__name__
+        raise ValueError(f"calibration sample has dtype {got}; pass a batch of float activations "
+                         "(float32, bfloat16, float16 or float64)")
+    if sample.device.type == "meta":
+        raise ValueError("calibration sample is on the meta device (shapes only, no values); "
+                         "pass real activations")
     if sample.numel() == 0:
-        raise ValueError("calibration sample is empty; pass a batch of real activations")
+        raise ValueError(f"calibration sample is empty (shape {tuple(sample.shape)}); pass a "
+                         "batch of real activations")
     amax = sample.detach().abs().float().amax()
     if not torch.isfinite(amax):
         raise ValueError("calibration sample holds NaN or Inf; pass finite activations")

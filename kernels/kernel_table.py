@@ -208,8 +208,16 @@ def source_of(kernel_name: str) -> str:
     return kernel_table().entry(kernel_name).source
 
 
+# Thread safety: the table is built (plugins imported and called) under _LOCK, so threads that
+# ask for it at once wait for ONE build and all get the same table object. Plugin code runs
+# while the lock is held: a plugin that looks kernels up while it loads would wait on its own
+# thread's lock forever, so that re-entry is refused (_BUILDING) and becomes its plugin problem.
 _LOCK = threading.Lock()
 _CACHE: dict[bool, KernelTable] = {}
+_BUILDING = threading.local()  # .active: this thread is inside _build (running plugin code)
+_REENTRY = ("{what} was called while the kernel table is being built: a kernel plugin's entry "
+            "point must only return declarations, not look kernels up (kernel_by_name, "
+            "candidates_for, load_kernel, resolve) while it loads")
 
 
 def plugins_enabled() -> bool:
@@ -217,18 +225,30 @@ def plugins_enabled() -> bool:
         "1", "true", "yes", "on")
 
 
+def _refuse_reentry(what: str) -> None:
+    if getattr(_BUILDING, "active", False):
+        raise RuntimeError(_REENTRY.format(what=what))
+
+
 def kernel_table() -> KernelTable:
-    """The merged table, built once per value of REGISTRY_DISABLE_PLUGINS and cached."""
+    """The merged table, built once per value of REGISTRY_DISABLE_PLUGINS and cached; safe
+    from many threads (one build, one shared table)."""
     enabled = plugins_enabled()
+    _refuse_reentry("kernel_table()")
     with _LOCK:
         table = _CACHE.get(enabled)
         if table is None:
-            table = _CACHE[enabled] = _build(enabled)
+            _BUILDING.active = True
+            try:
+                table = _CACHE[enabled] = _build(enabled)
+            finally:
+                _BUILDING.active = False
     return table
 
 
 def reset_kernel_table() -> None:
     """Forget the cached table (after installing a plugin in a running process, and in tests)."""
+    _refuse_reentry("reset_kernel_table()")
     with _LOCK:
         _CACHE.clear()
     importlib.invalidate_caches()

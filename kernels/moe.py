@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from kernels.base import _static_scale
 from kernels.dispatch import activation_qdq
 from kernels.formats import BLOCK, FORMATS
-from kernels.mx import FLOAT_DTYPES, MXTensor, mx_quantize
+from kernels.mx import FLOAT_DTYPES, MXTensor, check_device, mx_quantize
 from kernels.reference.moe import check_routing, grouped_experts_reference, route
 from registry.contract import Scheme, SchemeContract
 
@@ -72,6 +72,7 @@ def _stack_experts(weights: ExpertWeights, contract: SchemeContract,
         if weights.dtype not in FLOAT_DTYPES:
             raise ValueError(f"{_WHERE}: expert weights have dtype {weights.dtype}; pass float32, "
                              "bfloat16 or float16 (or MXTensors)")
+        check_device(weights.device, f"{_WHERE}: expert weights")
         if weights.shape[2] % BLOCK:
             raise ValueError(f"{_WHERE}: expert weights [E, N, K] = {tuple(weights.shape)} have "
                              f"K={weights.shape[2]}, not a multiple of {BLOCK}; pad K")
@@ -82,6 +83,9 @@ def _stack_experts(weights: ExpertWeights, contract: SchemeContract,
             all(isinstance(w, MXTensor) for w in weights):
         first = weights[0]
         for i, w in enumerate(weights):
+            if w.device != first.device:
+                raise ValueError(f"{_WHERE}: expert {i} is on {w.device} but expert 0 on "
+                                 f"{first.device}; move every expert to one device")
             if len(w.shape) != 2 or (w.fmt, w.rounding, w.layout, w.shape) != \
                     (first.fmt, first.rounding, first.layout, first.shape):
                 raise ValueError(f"{_WHERE}: expert {i} is {w.fmt}/{w.rounding}/{w.layout} "
@@ -91,12 +95,19 @@ def _stack_experts(weights: ExpertWeights, contract: SchemeContract,
         stacked = MXTensor(torch.stack([w.data for w in weights]),
                            torch.stack([w.scales for w in weights]), first.fmt, first.rounding,
                            torch.Size((len(weights), *first.shape)), first.layout)
+    elif isinstance(weights, (list, tuple)) and not weights:
+        raise ValueError(f"{_WHERE}: the list of expert weights is empty; pass one MXTensor "
+                         "[N, K] per expert (at least one)")
     else:
         raise TypeError(f"{_WHERE}: weights must be a float tensor [E, N, K], an MXTensor "
                         f"[E, N, K] or a list of MXTensors [N, K], got {type(weights).__name__}")
     if len(stacked.shape) != 3:
         raise ValueError(f"{_WHERE}: the expert MXTensor must be 3-D [experts, N, K], got shape "
                          f"{tuple(stacked.shape)}")
+    if 0 in stacked.shape:
+        raise ValueError(f"{_WHERE}: the expert MXTensor has shape {tuple(stacked.shape)}; "
+                         "experts and N must be at least 1")
+    check_device(stacked.device, f"{_WHERE}: expert weights")
     if stacked.fmt != wkey.format or stacked.rounding != wkey.scale.rounding:
         raise ValueError(f"{_WHERE}: expert weights are {stacked.fmt}/{stacked.rounding} but the "
                          f"contract's weight key is {wkey}; quantize them with the scheme's "
@@ -152,6 +163,9 @@ class MXGroupedExperts(nn.Module):
                 type(router_logits).__name__
             raise ValueError(f"{_WHERE}: router_logits {got} must end in the number of experts "
                              f"E={self.num_experts}")
+        if router_logits.device != x.device:
+            raise ValueError(f"{_WHERE}: router_logits are on {router_logits.device} but x on "
+                             f"{x.device}; move the logits to x's device")
         if router_logits.shape[:-1] != lead:
             raise ValueError(f"{_WHERE}: router_logits {tuple(router_logits.shape)} and x "
                              f"{tuple(x.shape)} must share the token dims {tuple(lead)}")
@@ -186,6 +200,7 @@ class MXGroupedExperts(nn.Module):
         if x.dtype not in FLOAT_DTYPES:
             raise ValueError(f"{_WHERE}: x has dtype {x.dtype}; pass float32, bfloat16 or "
                              "float16 activations")
+        check_device(x.device, f"{_WHERE}: x")
         if x.device != self.weight_data.device:
             raise ValueError(f"{_WHERE}: x is on {x.device} but the expert weights on "
                              f"{self.weight_data.device}; move them to one device (module.to)")
@@ -207,9 +222,9 @@ class MXGroupedExperts(nn.Module):
         key = (self.weight_data.data_ptr(), str(x2d.device))
         consts = self._triton_cache.get(key)
         if consts is None:  # once per weight storage: the constexprs and kernel-ready views
-            self._triton_cache.clear()
-            consts = self._triton_cache.setdefault(key, module.kernel_constexprs(
-                self.weight, self.contract.activation, self.act_scale))
+            consts = module.kernel_constexprs(self.weight, self.contract.activation,
+                                              self.act_scale)
+            self._triton_cache = {key: consts}  # one atomic swap: safe with concurrent callers
         return module.grouped_experts_triton(*args, constexprs=consts)
 
 

@@ -52,7 +52,8 @@ class MXTensor:
         for field, tensor in (("data", self.data), ("scales", self.scales)):
             if not isinstance(tensor, Tensor) or tensor.dtype != torch.uint8:
                 got = tensor.dtype if isinstance(tensor, Tensor) else type(tensor).__name__
-                raise ValueError(f"MXTensor.{field} must be a uint8 tensor, got {got}; store raw bytes as uint8")
+                raise ValueError(f"MXTensor.{field} must be a uint8 tensor, got {got}; store raw bytes as uint8 "
+                                 "(e.g. t.view(torch.uint8) for float8_e8m0fnu scales)")
         k = shape[-1]
         want_data = shape[:-1] + (bytes_per_row(elem, self.layout, k),)
         want_scales = shape[:-1] + (k // BLOCK,)
@@ -92,14 +93,20 @@ class MXTensor:
 
 
 def _check_shape(shape: torch.Size, what: str) -> None:
+    """MX shapes: >= 1-D, last axis K a positive multiple of 32; leading dims may be 0 (no rows)."""
     if len(shape) == 0:
         raise ValueError(
             f"{what} is 0-dim (shape ()); MX blocks of {BLOCK} run along the last axis: "
             f"pass a tensor whose last axis holds a multiple of {BLOCK} elements"
         )
-    if any(n == 0 for n in shape):
-        raise ValueError(f"{what} is empty (shape {tuple(shape)}); pass at least one block of {BLOCK} elements")
+    if any(n < 0 for n in shape):
+        raise ValueError(f"{what} {tuple(shape)} has a negative dimension; pass the tensor's real shape")
     k = shape[-1]
+    if k == 0:
+        raise ValueError(
+            f"{what} has shape {tuple(shape)}: the last axis is empty (K=0); MX needs K a positive "
+            f"multiple of the block size {BLOCK} (rows may be 0, K may not)"
+        )
     if k % BLOCK != 0:
         pad = BLOCK - k % BLOCK
         raise ValueError(
@@ -108,15 +115,30 @@ def _check_shape(shape: torch.Size, what: str) -> None:
         )
 
 
-def _check_input(x: Tensor) -> None:
+def check_device(device: torch.device, what: str) -> None:
+    """The meta device holds shapes but no values: nothing here can quantize or compute on it."""
+    if device.type == "meta":
+        raise ValueError(
+            f"{what} is on the meta device (shapes only, no values); MX kernels read the values: "
+            "materialize it first (e.g. module.to_empty(device='cpu') and load the weights)"
+        )
+
+
+def check_float_input(x: Tensor, what: str = "x") -> None:
+    """A tensor MX quantization can read: fp32 / bf16 / fp16, real device, MX-shaped."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
         raise ValueError(
-            f"x has dtype {x.dtype} (shape {tuple(x.shape)}); MX quantization takes {_DTYPE_NAMES}: "
-            "cast first, e.g. x.float()"
+            f"{what} has dtype {x.dtype} (shape {tuple(x.shape)}); MX quantization takes {_DTYPE_NAMES}: "
+            f"cast first, e.g. {what}.float()"
         )
-    _check_shape(x.shape, "x")
+    check_device(x.device, what)
+    _check_shape(x.shape, what)
+
+
+def _check_input(x: Tensor) -> None:
+    check_float_input(x, "x")
 
 
 def _check_out_dtype(dtype: torch.dtype) -> None:
@@ -124,10 +146,11 @@ def _check_out_dtype(dtype: torch.dtype) -> None:
         raise ValueError(f"output dtype {dtype} is not supported; use {_DTYPE_NAMES}")
 
 
-def _backend_module(backend: str, device: torch.device) -> ModuleType:
+def _backend_module(backend: str, device: torch.device, what: str = "x") -> ModuleType:
     """The module implementing quantize / dequantize / qdq for `backend` on `device`."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+    check_device(device, what)
     if backend == "auto":
         backend = "triton" if device.type == "cuda" else "reference"  # ROCm reports "cuda" too
     if backend == "reference":
@@ -173,7 +196,7 @@ def mx_dequantize(t: MXTensor, dtype: torch.dtype = torch.float32, backend: str 
     if not isinstance(t, MXTensor):
         raise TypeError(f"mx_dequantize takes an MXTensor (from mx_quantize), got {type(t).__name__}")
     _check_out_dtype(dtype)
-    module = _backend_module(backend, t.device)
+    module = _backend_module(backend, t.device, "MXTensor t")
     k = t.shape[-1]
     data = t.data.contiguous().view(-1, t.data.shape[-1])
     scales = t.scales.contiguous().view(-1, k // BLOCK)
@@ -191,4 +214,4 @@ def mx_qdq(x: Tensor, fmt: str, rounding: str = "floor", backend: str = "auto") 
     return module.qdq(x.contiguous().view(-1, k), elem, rounding).view(x.shape)
 
 
-__all__ = ["MXTensor", "mx_quantize", "mx_dequantize", "mx_qdq", "BACKENDS"]
+__all__ = ["MXTensor", "mx_quantize", "mx_dequantize", "mx_qdq", "BACKENDS", "check_float_input"]

@@ -49,6 +49,8 @@ def save_quantized(model: nn.Module, path: PathLike,
     """Write `model`'s state (codes and scale bytes as stored) and its layers' schemes to `path`."""
     from safetensors.torch import save_file
 
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"save_quantized takes a torch.nn.Module, got {type(model).__name__}")
     layers = {n: m for n, m in model.named_modules() if isinstance(m, MXLinear)}
     if not layers:
         raise ValueError("the model has no MXLinear layer; quantize it first "
@@ -63,6 +65,9 @@ def save_quantized(model: nn.Module, path: PathLike,
     tensors: dict[str, Tensor] = {}
     storages: set[int] = set()
     for name, t in model.state_dict().items():
+        if t.device.type == "meta":
+            raise ValueError(f"tensor {name!r} is on the meta device (no values to save); "
+                             "materialize or load it before saving")
         t = t.detach().to("cpu").contiguous()
         if t.numel() and t.untyped_storage().data_ptr() in storages:
             t = t.clone()  # tied / overlapping tensors: safetensors refuses shared memory
@@ -94,6 +99,9 @@ def _check_header(path: PathLike, meta: dict[str, str]) -> dict[str, dict[str, A
     except ValueError:
         raise CheckpointError(f"{where}: {VERSION_KEY} is {meta[VERSION_KEY]!r}, not an "
                               "integer") from None
+    if version < 1:
+        raise CheckpointError(f"{where}: {VERSION_KEY} is {version}; format versions start at 1: "
+                              "the file was not written by save_quantized")
     if version > FORMAT_VERSION:
         raise CheckpointError(f"{where}: format version {version} is newer than this registry "
                               f"reads ({FORMAT_VERSION}); upgrade the registry package")
@@ -101,13 +109,35 @@ def _check_header(path: PathLike, meta: dict[str, str]) -> dict[str, dict[str, A
         layers = json.loads(meta[LAYERS_KEY])
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{where}: {LAYERS_KEY} is not valid JSON ({e})") from None
-    if not isinstance(layers, dict):
-        raise CheckpointError(f"{where}: {LAYERS_KEY} must be a JSON object of layers")
+    if not isinstance(layers, dict) or not layers:
+        raise CheckpointError(f"{where}: {LAYERS_KEY} must be a non-empty JSON object of layers "
+                              "(save_quantized writes one entry per MXLinear)")
     for name, entry in layers.items():
         lacking = [f for f in LAYER_FIELDS if not isinstance(entry, dict) or f not in entry]
         if lacking:
             raise CheckpointError(f"{where}: layer {name}: metadata lacks {', '.join(lacking)}")
+        _check_entry_types(where, name, entry)
     return layers
+
+
+def _check_entry_types(where: str, name: str, entry: dict[str, Any]) -> None:
+    """Each metadata field of a layer has the JSON type save_quantized writes."""
+    def bad(field: str, want: str) -> CheckpointError:
+        return CheckpointError(f"{where}: layer {name}: metadata field {field} is "
+                               f"{entry[field]!r}, expected {want}")
+
+    for field in ("scheme", "weight", "format", "rounding"):
+        if not isinstance(entry[field], str):
+            raise bad(field, "a string")
+    for field in ("activation", "layout"):
+        if entry[field] is not None and not isinstance(entry[field], str):
+            raise bad(field, "a string or null")
+    shape = entry["shape"]
+    if not (isinstance(shape, list) and len(shape) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)):
+        raise bad("shape", "[out_features, in_features], two positive integers")
+    if not isinstance(entry["bias"], bool):
+        raise bad("bias", "true or false")
 
 
 def _tensor(tensors: dict[str, Tensor], key: str, dtype: Optional[torch.dtype],
@@ -188,6 +218,8 @@ def load_quantized(model: nn.Module, path: PathLike, *,
     """Rebuild the file's MX layers in `model` (a skeleton with nn.Linear or MXLinear there),
     resolving kernels for this machine (`platform` must be the layers' device's), and load
     every other tensor; returns the report of the rebuilt layers."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"load_quantized takes a torch.nn.Module, got {type(model).__name__}")
     tensors, meta = _read(path)
     entries = _check_header(path, meta)
     catalog = catalog if catalog is not None else load_schemes()

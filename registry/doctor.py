@@ -263,6 +263,9 @@ def gather(catalog: Optional[Catalog] = None) -> DoctorReport:
     warnings: list[str] = []
     if not torch_ok:
         problems.append(f"torch does not import ({env['torch_error']}): {TORCH_MISSING}")
+    elif how.startswith("assumed"):  # torch imports, but the device could not be detected
+        problems.append(f"platform {plat} {how}; the kernels below are those of {plat}, not "
+                        "necessarily of this machine: fix the driver / runtime")
     names = {k.name for k in kernels}
     unknown = [n for n in disabled_names() if n not in names]
     if unknown:

@@ -20,9 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-from registry.hf_config import (ConfigReading, GroupReading, SpecBuilder, SpecReading, dump,
-                                field_path, key_path, lookup, regex_problem)
-from registry.hf_quark import exclude_entry
+from registry.hf_reading import (ConfigReading, GroupReading, SpecBuilder, SpecReading, dump,
+                                 excluded_modules, field_path, key_path, lookup, regex_problem)
 from registry.json_lines import JsonPath
 
 E8M0_SCALE_DTYPES = ("torch.uint8", "uint8", "torch.float8_e8m0fnu", "float8_e8m0fnu")
@@ -222,15 +221,7 @@ def read_compressed(q: Mapping[str, Any], root: str, loc: JsonPath = ()) -> Conf
     for name, cfg in table.items():
         groups.append(_group(cfg, key_path(groups_path, name), top_format, gloc + (name,),
                              loc + ("format",)))
-    ignore = q.get("ignore") or []
-    ipath = field_path(root, "ignore")
-    iloc = loc + ("ignore",)
-    if not isinstance(ignore, list):
-        groups.append(GroupReading(ipath, "ignore", (), loc=iloc, problems=((iloc, (
-            f"{dump(ignore)[:40]} is not a list of module names / re: patterns")),)))
-        ignore = []
-    for i, pattern in enumerate(ignore):
-        groups.append(exclude_entry(key_path(ipath, i), "ignore", pattern, iloc + (i,)))
+    groups += excluded_modules(q, root, loc, "ignore", "module names / re: patterns")
     for key, what in (("kv_cache_scheme", "KV-cache quantization is not a linear-layer scheme; "
                                           "the registry leaves the KV cache as the runtime "
                                           "keeps it"),

@@ -13,6 +13,8 @@ Every message about a file reads `FILE:LINE: <json path>: message`, LINE being t
 offending value in config.json (or of its nearest parent present); a dict given instead of a
 file keeps `<config dict>: <json path>: message`. The file is read strictly
 (`registry.json_lines`: size cap, depth cap, no NaN, no duplicate keys, each one line).
+The types a producer reads into (Fact, SpecReading, GroupReading, ConfigReading) and the
+message helpers live in `registry.hf_reading`; they are re-exported here.
 
     from registry.hf_config import group_for_module, schemes_from_config
     groups = schemes_from_config("model/config.json")
@@ -25,66 +27,25 @@ Nothing here imports torch.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from registry.catalog import Catalog, load_schemes
-from registry.contract import (QuantKey, Scheme, SchemeContract, ScaleDesc, _plain,
-                               activation_problems)
+from registry.contract import QuantKey, Scheme, SchemeContract, _plain, activation_problems
 from registry.errors import display_path
-from registry.json_lines import JsonLines, JsonPath, JsonProblem, read_json_file, shorten
+from registry.hf_compressed import read_compressed
+from registry.hf_compressed import target_rank as compressed_rank
+from registry.hf_quark import read_quark
+from registry.hf_quark import target_rank as quark_rank
+# The reading layer, re-exported: `from registry.hf_config import ConfigError, ...` keeps working.
+from registry.hf_reading import (KEY_FIELDS, ConfigError, ConfigReading, Fact, GroupReading,
+                                 Problem, SpecBuilder, SpecReading, dump, field_path, key_path,
+                                 lookup, regex_problem)
+from registry.json_lines import JsonLines, JsonPath, JsonProblem, read_json_file
 
-#: The QuantKey fields a producer's spec is read into (dotted as in scheme YAML).
-KEY_FIELDS: tuple[str, ...] = ("format", "scale.format", "scale.granularity", "scale.block",
-                               "scale.rounding", "static")
 PRODUCERS: tuple[str, ...] = ("quark", "compressed-tensors")
-
-
-class ConfigError(ValueError):
-    """The file cannot be read as a quantization config at all (one line, names the file).
-    `unreadable`: no JSON object could be read (as opposed to a JSON config that is not a
-    Quark / compressed-tensors quantization config)."""
-
-    def __init__(self, message: str, *, unreadable: bool = False):
-        super().__init__(message)
-        self.unreadable = unreadable
-
-
-def dump(value: Any) -> str:
-    """A config value as it is written in JSON (true, null, "fp4"), cut to 60 characters (a
-    megabyte value is never echoed; JSON escapes keep it one line)."""
-    try:
-        return shorten(json.dumps(value, ensure_ascii=True))
-    except (TypeError, ValueError, RecursionError):
-        return shorten(ascii(value))
-
-
-def lookup(table: Mapping, value: Any) -> Any:
-    """`table.get(value)`, None for a value that cannot be a key (a list or object)."""
-    plain = (str, int, float, type(None))
-    if isinstance(value, plain) or (isinstance(value, tuple)
-                                    and all(isinstance(v, plain) for v in value)):
-        return table.get(value)
-    return None
-
-
-def regex_problem(pattern: str) -> Optional[str]:
-    """Why a `re:` target / ignore / exclude pattern cannot be used (matching modules against
-    it later would raise), or None."""
-    if not pattern.startswith("re:"):
-        return None
-    try:
-        re.compile(pattern[3:])
-    except (re.error, RecursionError, OverflowError) as e:
-        return f"{dump(pattern)} is not a valid regular expression: {shorten(str(e))}"
-    return None
-
-
-Problem = tuple  # (absolute JSON path of the offending value, one clause naming the field)
 
 
 @dataclass(frozen=True)
@@ -101,103 +62,6 @@ class ConfigSource:
         """`FILE:LINE` of the value at `loc` (`<config dict>` without a line)."""
         line = self.line(loc)
         return self.shown if line is None else f"{self.shown}:{line}"
-
-
-def key_path(path: str, key: Any) -> str:
-    """`path["key"]` for a key the config's author chose, `path[3]` for a list index."""
-    return f"{path}[{key}]" if isinstance(key, int) else f"{path}[{dump(key)}]"
-
-
-def field_path(path: str, name: str) -> str:
-    """`path.name` for a fixed field of the producer's schema (`path` may be the root)."""
-    return f"{path}.{name}" if path else name
-
-
-# ---------------------------------------------------------------------------------------------
-# What the producers read (hf_quark / hf_compressed build these)
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fact:
-    """One key field as the producer wrote it: the value in registry terms (or the raw value
-    when it has none) and where it came from (`weight.group_size: 64`, or `implied ...`)."""
-
-    value: Any
-    source: str
-
-
-@dataclass(frozen=True)
-class SpecReading:
-    """One tensor spec (weight or input activation) read into the six key fields."""
-
-    role: str  # "weight" | "activation"
-    field: str  # the spec's key inside its group: "weight", "input_tensors", "weights", ...
-    facts: Mapping[str, Fact]
-    problems: tuple[Problem, ...] = ()  # (JSON path, one clause naming the producer field)
-    loc: JsonPath = ()  # the spec's absolute JSON path
-
-    def key(self) -> QuantKey:
-        """The QuantKey (ValueError when the facts do not form one)."""
-        f = {k: v.value for k, v in self.facts.items()}
-        return QuantKey(format=f["format"], scale=ScaleDesc(
-            format=f["scale.format"], granularity=f["scale.granularity"],
-            block=f["scale.block"], static=f["static"], rounding=f["scale.rounding"]))
-
-
-class SpecBuilder:
-    """Collects the facts and problems of one spec (`prefix` is the spec's field name)."""
-
-    def __init__(self, role: str, prefix: str, loc: JsonPath = ()):
-        self.role, self.prefix = role, prefix
-        self.loc = tuple(loc) or (prefix,)  # the spec's absolute JSON path
-        self.facts: dict[str, Fact] = {}
-        self.problems: list[Problem] = []
-
-    def said(self, sub: str, raw: Any) -> str:
-        """`weight.group_size: 64`: the producer field as written."""
-        return f"{self.prefix}.{sub}: {dump(raw)}"
-
-    def fact(self, key_field: str, value: Any, source: str) -> None:
-        self.facts[key_field] = Fact(value, source)
-
-    def problem(self, sub: str, raw: Any, text: str) -> None:
-        self.problems.append((self.loc + (sub,), f"{self.said(sub, raw)} {text}"))
-
-    def whole(self, text: str) -> None:
-        """A problem with the spec itself (not one of its fields)."""
-        self.problems.append((self.loc, text))
-
-    def build(self) -> SpecReading:
-        missing = [k for k in KEY_FIELDS if k not in self.facts]
-        if missing:  # a producer bug, not a config problem
-            raise AssertionError(f"{self.prefix}: key fields not read: {missing}")
-        return SpecReading(self.role, self.prefix, dict(self.facts), tuple(self.problems),
-                           self.loc)
-
-
-@dataclass(frozen=True)
-class GroupReading:
-    """A producer's group: targets, specs and group-level problems (e.g. quantized outputs).
-
-    kind: "global" | "layer name" | "layer type" (Quark), "config group" (compressed-tensors),
-    "exclude" / "ignore" (not quantized), "not mapped" (listed parts no scheme covers).
-    """
-
-    path: str
-    kind: str
-    targets: tuple[str, ...]
-    weight: Optional[SpecReading] = None
-    activation: Optional[SpecReading] = None
-    problems: tuple[Problem, ...] = ()  # (absolute JSON path, clause)
-    note: Optional[str] = None  # set for not-quantized / not-mapped entries
-    loc: JsonPath = ()  # the group's absolute JSON path
-
-
-@dataclass(frozen=True)
-class ConfigReading:
-    producer: str
-    root: str  # JSON path of quantization_config ("" when the file is the bare config)
-    groups: tuple[GroupReading, ...]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,10 +105,7 @@ class ConfigGroup:
             return None
         if self.kind == "global":
             return 3
-        if self.producer == "quark":
-            from registry.hf_quark import target_rank
-        else:
-            from registry.hf_compressed import target_rank
+        target_rank = quark_rank if self.producer == "quark" else compressed_rank
         ranks = [target_rank(self.kind, t, name, type_name) for t in self.targets]
         return min((r for r in ranks if r is not None), default=None)
 
@@ -324,12 +185,8 @@ def read_config(path_or_dict) -> tuple[ConfigSource, ConfigReading]:
     method = q.get("quant_method")
     where = field_path(root, "quant_method")
     if method == "quark":
-        from registry.hf_quark import read_quark
-
         return src, read_quark(q, root, loc)
     if method == "compressed-tensors":
-        from registry.hf_compressed import read_compressed
-
         return src, read_compressed(q, root, loc)
     what = "missing" if method is None else f"{dump(method)} is not supported"
     at = src.where(loc + ("quant_method",))
@@ -497,4 +354,7 @@ def schemes_from_config(path_or_dict: Union[str, os.PathLike, Mapping[str, Any]]
 
 
 __all__ = ["ConfigError", "ConfigGroup", "KEY_FIELDS", "group_for_module", "nearest_scheme",
-           "read_config", "schemes_from_config"]
+           "read_config", "schemes_from_config",
+           # re-exported from registry.hf_reading
+           "ConfigReading", "Fact", "GroupReading", "Problem", "SpecBuilder", "SpecReading",
+           "dump", "field_path", "key_path", "lookup", "regex_problem"]

@@ -27,8 +27,8 @@ import fnmatch
 import re
 from typing import Any, Mapping, Optional
 
-from registry.hf_config import (ConfigReading, GroupReading, SpecBuilder, SpecReading, dump,
-                                field_path, key_path, lookup, regex_problem)
+from registry.hf_reading import (ConfigReading, GroupReading, SpecBuilder, SpecReading, dump,
+                                 excluded_modules, field_path, key_path, lookup)
 from registry.json_lines import JsonPath, one_line
 
 MX_DTYPES = {"fp4": "mxfp4", "fp6_e2m3": "mxfp6_e2m3", "fp6_e3m2": "mxfp6_e3m2",
@@ -253,30 +253,9 @@ def read_quark(q: Mapping[str, Any], root: str, loc: JsonPath = ()) -> ConfigRea
             groups.append(_layer_group(cfg, key_path(spath, pattern), kind, (str(pattern),),
                                        kind == "layer name" and is_kv(str(pattern)),
                                        sloc + (pattern,)))
-    excl = q.get("exclude") or []
-    epath = field_path(root, "exclude")
-    eloc = loc + ("exclude",)
-    if not isinstance(excl, list):
-        groups.append(GroupReading(epath, "exclude", (), loc=eloc, problems=((eloc, (
-            f"{dump(excl)[:40]} is not a list of module names / patterns")),)))
-        excl = []
-    for i, pattern in enumerate(excl):
-        groups.append(exclude_entry(key_path(epath, i), "exclude", pattern, eloc + (i,)))
+    groups += excluded_modules(q, root, loc, "exclude", "module names / patterns")
     groups += _not_mapped(q, root, kv_group, loc)
     return ConfigReading("quark", root, tuple(groups))
-
-
-def exclude_entry(path: str, kind: str, pattern: Any, loc: JsonPath) -> GroupReading:
-    """One exclude / ignore entry: a note, or a problem when it is not a usable pattern (not
-    text, or a `re:` pattern that does not compile: matching would raise later)."""
-    if not isinstance(pattern, str):
-        return GroupReading(path, kind, (), loc=loc, problems=((loc, (
-            f"{dump(pattern)} is not a module name or pattern (text)")),))
-    bad = regex_problem(pattern)
-    if bad is not None:
-        return GroupReading(path, kind, (), loc=loc, problems=((loc, bad),))
-    return GroupReading(path, kind, (pattern,), loc=loc,
-                        note=f"not quantized ({kind} pattern {one_line(pattern)})")
 
 
 def _not_mapped(q: Mapping[str, Any], root: str, kv_group: list[str],

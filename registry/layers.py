@@ -27,9 +27,9 @@ from torch import Tensor, nn
 from kernels.base import LinearKernel, PreparedWeight, load_kernel
 from kernels.mx import MXTensor
 from registry.catalog import Catalog, load_schemes
-from registry.contract import Scheme
+from registry.contract import MX_BLOCK, Scheme
 from registry.platform import Platform, platform_of
-from registry.resolve import Resolution, resolve
+from registry.resolve import Resolution, log_resolution, resolve
 
 #: Activation dtypes a layer can be resolved for (the kernels' declared limits name these).
 ACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -70,6 +70,40 @@ def _reprepare_after_load(module: "MXLinear", incompatible_keys: Any) -> None:
     module.refresh()
 
 
+def _check_state_before_load(module: "MXLinear", state_dict: dict, prefix: str, *args: Any
+                             ) -> None:
+    """Refuse, before anything is copied, tensors that load_state_dict would silently convert
+    (float codes cast into the uint8 buffers) or that the kernel cannot take."""
+    from kernels.reference.fp8_tensor import check_act_scale
+
+    for name in ("weight", "weight_scale", "input_scale", "bias"):
+        key, mine = prefix + name, getattr(module, name)
+        if key not in state_dict or mine is None:
+            continue  # missing / unexpected keys: torch's own strict check reports them
+        got = state_dict[key]
+        if not isinstance(got, Tensor):
+            raise ValueError(f"MXLinear.load_state_dict: {key} is a {type(got).__name__}, not a "
+                             "tensor")
+        if name in ("weight", "weight_scale"):
+            ok = got.dtype == torch.uint8 and got.shape == mine.shape
+            what = "element codes" if name == "weight" else "E8M0 bytes"
+            want = f"uint8 {tuple(mine.shape)} ({what})"
+        elif name == "bias":
+            ok = got.dtype in ACT_DTYPES and got.shape == mine.shape
+            want = f"float32 / bfloat16 / float16 {tuple(mine.shape)}"
+        else:
+            ok, want = got.is_floating_point() and got.numel() == 1, "one float32 element"
+        if not ok:
+            raise ValueError(f"MXLinear.load_state_dict: {key} is {got.dtype} {tuple(got.shape)}, "
+                             f"expected {want}; load a state_dict saved from an MXLinear of the "
+                             f"same scheme ({module.scheme.name}) and shape")
+        if name == "input_scale":
+            try:
+                check_act_scale(got)
+            except ValueError as e:
+                raise ValueError(f"MXLinear.load_state_dict: {key}: {e}") from None
+
+
 class MXLinear(nn.Module):
     """y = kernel(x, MX weight, bias) for one scheme; built by `quantize_model` or by hand.
 
@@ -84,15 +118,20 @@ class MXLinear(nn.Module):
                  *, platform: str | Platform | None = None, strict: bool = False,
                  disabled: Iterable[str] = (), act_scale: Tensor | float | None = None,
                  calibration: Optional[Tensor] = None, act_dtype: Optional[torch.dtype] = None,
-                 catalog: Optional[Catalog] = None):
+                 catalog: Optional[Catalog] = None, name: Optional[str] = None):
         super().__init__()
         self.scheme: Scheme = scheme_of(scheme, catalog)
+        self.layer_name = name or f"MXLinear({self.scheme.name})"
         self.strict = bool(strict)
         self.disabled = tuple(disabled)
         if isinstance(weight, MXTensor):
             shape, device = weight.shape, weight.device
         elif isinstance(weight, Tensor) and weight.is_floating_point():
             shape, device = weight.shape, weight.device
+            if weight.dtype not in ACT_DTYPES:
+                raise ValueError(f"MXLinear weight has dtype {weight.dtype}; MX quantization "
+                                 "takes float32, bfloat16 or float16: cast the layer first "
+                                 "(e.g. linear.float())")
             act_dtype = act_dtype or weight.dtype
         else:
             got = weight.dtype if isinstance(weight, Tensor) else type(weight).__name__
@@ -101,13 +140,20 @@ class MXLinear(nn.Module):
             raise ValueError(f"MXLinear weight must be 2-D [out_features, in_features], got "
                              f"shape {tuple(shape)}")
         self.out_features, self.in_features = int(shape[0]), int(shape[1])
+        if self.in_features % MX_BLOCK or self.in_features == 0:
+            fix = -(-max(self.in_features, 1) // MX_BLOCK) * MX_BLOCK
+            raise ValueError(f"MXLinear weight {tuple(shape)}: in_features {self.in_features} is "
+                             f"not a positive multiple of the MX block {MX_BLOCK}; pad the layer "
+                             f"to {fix} input features, or leave it unquantized (quantize_model "
+                             "ignore=[...])")
         if bias is not None:
-            if not isinstance(bias, Tensor) or not bias.is_floating_point() \
+            if not isinstance(bias, Tensor) or bias.dtype not in ACT_DTYPES \
                     or tuple(bias.shape) != (self.out_features,) or bias.device != device:
                 got = (f"{bias.dtype} {tuple(bias.shape)} on {bias.device}"
                        if isinstance(bias, Tensor) else type(bias).__name__)
                 raise ValueError(f"MXLinear bias must be a float tensor of shape "
-                                 f"({self.out_features},) on {device}, got {got}")
+                                 f"({self.out_features},) (float32, bfloat16 or float16) on "
+                                 f"{device}, got {got}")
             act_dtype = act_dtype or bias.dtype
         if act_dtype is not None and act_dtype not in ACT_DTYPES:
             raise ValueError(f"MXLinear act_dtype {act_dtype} is not float32, bfloat16 or float16")
@@ -122,6 +168,7 @@ class MXLinear(nn.Module):
                 "for a what-if report"
             )
         self.resolution: Resolution = self._resolve(here)
+        log_resolution(self.resolution, self.layer_name)
         self.kernel: LinearKernel = load_kernel(self.resolution.kernel)
         prepared = self.kernel.prepare(weight, self.scheme.contract, act_scale=act_scale,
                                        calibration=calibration)
@@ -136,6 +183,7 @@ class MXLinear(nn.Module):
         else:
             self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
         self._prepared: PreparedWeight = prepared
+        self.register_load_state_dict_pre_hook(_check_state_before_load)
         self.register_load_state_dict_post_hook(_reprepare_after_load)
 
     @classmethod
@@ -190,26 +238,35 @@ class MXLinear(nn.Module):
                                              act_scale=self.input_scale)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "MXLinear":
-        """Move / convert like any module, keep the byte buffers' dtypes, then re-resolve."""
+        """Move / convert like any module, keep the byte buffers' dtypes, then re-resolve.
+
+        The target device and activation dtype are read first (fn applied to an empty probe), and
+        a platform or dtype the layer cannot run on is refused before any buffer moves."""
+        old_device = self.weight.device
+        probe = fn(torch.empty(0, dtype=self.act_dtype or torch.float32, device=old_device))
+        act_dtype = None if self.act_dtype is None else probe.dtype
+        if act_dtype is not None and act_dtype not in ACT_DTYPES:
+            raise ValueError(f"MXLinear ({self.scheme.name}) cannot run {act_dtype} "
+                             "activations; use float32, bfloat16 or float16")
+        platform = platform_for_device(probe.device)
+        changed = platform != self.platform or act_dtype != self.act_dtype
+        if changed:
+            resolution = resolve(self.scheme, platform, strict=self.strict,
+                                 disabled=self.disabled,
+                                 shape=(self.out_features, self.in_features),
+                                 act_dtype=_dtype_name(act_dtype))
         kept = {k: self._buffers[k] for k in ("weight", "weight_scale", "input_scale")
                 if self._buffers.get(k) is not None}
-        old_device = self.weight.device
         super()._apply(fn, recurse)
         device = self.weight.device
         for key, before in kept.items():  # codes, scale bytes and the fp32 scale: no dtype change
             if self._buffers[key].dtype != before.dtype:
                 self._buffers[key] = before.to(device)
-        act_dtype = self.act_dtype
-        if act_dtype is not None:
-            act_dtype = fn(torch.empty(0, dtype=act_dtype, device=old_device)).dtype
-        platform = platform_for_device(device)
-        if platform != self.platform or act_dtype != self.act_dtype:
-            if act_dtype is not None and act_dtype not in ACT_DTYPES:
-                raise ValueError(f"MXLinear ({self.scheme.name}) cannot run {act_dtype} "
-                                 "activations; use float32, bfloat16 or float16")
+        if changed:
             self.act_dtype = act_dtype
-            self.resolution = self._resolve(platform)
-            self.kernel = load_kernel(self.resolution.kernel)
+            self.resolution = resolution
+            log_resolution(resolution, self.layer_name)
+            self.kernel = load_kernel(resolution.kernel)
         self.refresh()
         return self
 

@@ -53,6 +53,7 @@ class LayerRow:
     fallback: bool
     quantized: bool
     reason: str
+    deviations: tuple[str, ...] = ()  # registry.resolve.Deviation lines: why not the first choice
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,9 +88,10 @@ class QuantizationReport:
         return len(self.rows)
 
     def __str__(self) -> str:
-        head = ["layer", "in->out", "scheme", "kernel", "platform", "fallback", "reason"]
+        head = ["layer", "in->out", "scheme", "kernel", "platform", "deviations", "reason"]
         body = [[r.layer, f"{r.in_features}->{r.out_features}", r.scheme or "-", r.kernel or "-",
-                 r.platform or "-", "yes" if r.fallback else "no", r.reason] for r in self.rows]
+                 r.platform or "-", ",".join(d.split(":", 1)[0] for d in r.deviations) or "-",
+                 r.reason] for r in self.rows]
         what = "quantized" if self.applied else "would quantize (plan; model unchanged)"
         lines = [f"{what}: {len(self.quantized)} of {len(self.rows)} linear layers",
                  table([head] + body)]
@@ -207,6 +209,10 @@ def _decide(model: nn.Module, scheme: SchemeSpec, targets: Any, ignore: Any,
         if m.in_features % MX_BLOCK:
             shape_problems.append(f"{name} (in_features {m.in_features})")
             continue
+        if m.weight.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"layer {name}: weight dtype {m.weight.dtype}; MX layers take "
+                             "float32, bfloat16 or float16 weights and activations: cast the "
+                             f"model first (e.g. model.float()) or add {name!r} to ignore=[...]")
         layer.scheme = chosen
     if shape_problems:
         raise ValueError(f"cannot quantize {', '.join(shape_problems)}: in_features must be a "
@@ -250,12 +256,16 @@ def _row(name: str, layer: _Layer, res: Optional[Resolution] = None) -> LayerRow
         res = m.resolution
         reason = layer.reason or (res.chosen.reason if res.chosen else "")
         return LayerRow(name, m.in_features, m.out_features, m.scheme_name, res.kernel,
-                        res.platform, res.fallback, True, reason)
+                        res.platform, res.fallback, True, reason, _deviations(res))
     if res is None:
         return LayerRow(name, m.in_features, m.out_features, None, None, None, False, False,
                         layer.reason)
     return LayerRow(name, m.in_features, m.out_features, res.scheme, res.kernel, res.platform,
-                    res.fallback, True, res.chosen.reason)
+                    res.fallback, True, res.chosen.reason, _deviations(res))
+
+
+def _deviations(res: Resolution) -> tuple[str, ...]:
+    return tuple(str(d) for d in res.deviations)
 
 
 def _resolve_layers(layers: list[_Layer], platform: Optional[Platform], strict: bool
@@ -324,7 +334,7 @@ def quantize_model(model: nn.Module, scheme: SchemeSpec, *, targets: Any = ("Lin
         try:
             built[id(layer.module)] = MXLinear.from_linear(
                 layer.module, layer.scheme, platform=platform, strict=strict,
-                act_scale=scales.get(layer.names[0]))
+                act_scale=scales.get(layer.names[0]), name=layer.names[0])
         except (ResolutionError, ValueError, TypeError) as e:
             raise _in_layer(layer.names[0], e) from None
     for layer in todo:  # nothing is replaced before every layer was built

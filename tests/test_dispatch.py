@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
-from kernels.base import load_kernel
+from kernels.base import PreparedWeight, load_kernel
 from kernels.dispatch import UnknownActivationKey, activation_qdq, calibrate_act_scale
 from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
 from registry import load_schemes
@@ -94,7 +94,9 @@ def test_weight_only_kernel():
     assert torch.allclose(k.apply(x, p), want, rtol=1e-5, atol=1e-5)
     bad = SchemeContract(weight=p.contract.weight,
                          activation=QuantKey.mx("mxfp8_e4m3", rounding="even", static=False))
-    p2 = k.prepare(w, bad)
+    with pytest.raises(ValueError, match="weight-only and would ignore the activation key"):
+        k.prepare(w, bad)
+    p2 = PreparedWeight(p.weight, bad)  # built by hand, past prepare: apply still refuses it
     with pytest.raises(ValueError, match="weight-only but the contract quantizes activations"):
         k.apply(x, p2)
 

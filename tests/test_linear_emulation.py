@@ -442,7 +442,7 @@ def test_bad_inputs_raise_clear_errors() -> None:
         KERNEL.apply(torch.randn(2, 32, device=DEVICE), prepared)
     with pytest.raises(ValueError, match="dtype torch.float64"):
         KERNEL.apply(torch.randn(2, 64, dtype=torch.float64, device=DEVICE), prepared)
-    with pytest.raises(ValueError, match="bias must be a 1-D tensor of out_features=16"):
+    with pytest.raises(ValueError, match=r"bias must be a float tensor of shape \(16,\)"):
         KERNEL.apply(torch.randn(2, 64, device=DEVICE), prepared, torch.zeros(2, 16, device=DEVICE))
     with pytest.raises(ValueError, match="bias must be a float tensor"):
         KERNEL.apply(torch.randn(2, 64, device=DEVICE), prepared,

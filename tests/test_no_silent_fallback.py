@@ -163,7 +163,17 @@ ALLOWED = {
     ("registry/commands_kernels.py", "_run_from_config"): REPORTED + " (exit 1 / 2)",
     ("registry/commands_kernels.py", "matrix_cells"): REPORTED + ": the cell says why",
     ("registry/errors.py", "display_path"): "a path outside the working directory is shown whole",
-    ("registry/hf_config.py", "dump"): "a value JSON cannot write is shown with repr",
+    ("registry/hf_reading.py", "dump"): "a value JSON cannot write is shown with repr",
+    ("registry/hf_reading.py", "regex_problem"): REPORTED + ": the pattern's problem",
+    ("registry/commands.py", "record_or_warn"): "the probe record is a cache: a one-line warning",
+    ("registry/commands_doctor.py", "_probe_now"): "a broken plugin is already a doctor problem",
+    ("registry/doctor.py", "import_error"): "doctor reports an absent / broken module as a fact",
+    ("registry/doctor.py", "detect_platform"): "doctor reports a failed detection as a problem",
+    ("registry/doctor.py", "_gpu_facts"): "doctor reports a failed device query as a fact",
+    ("registry/doctor.py", "_why_not_loaded"): "doctor reports why a kernel does not load",
+    ("registry/probe.py", "registry_version"): "a version that is not installed is 'unknown'",
+    ("registry/probe.py", "runtime_versions"): "an absent / broken runtime has no version",
+    ("registry/probe.py", "read_record"): REPORTED + ": no record, or a warning naming the file",
     ("registry/hf_config.py", "_contract_of"): REPORTED + ": the group's problem",
     ("registry/lint_kernels.py", "check_resolves"): REPORTED,
     ("registry/loader.py", "read_scheme_file"): REPORTED,
@@ -218,3 +228,45 @@ def test_the_scan_catches_a_swallowing_handler(tmp_path, monkeypatch):
         assert ("kernels/_scan_probe_tmp.py", "pick") in _swallowing_handlers()
     finally:
         bad.unlink()
+
+
+@pytest.mark.parametrize("scheme", [s for s in SCHEMES if s.activation is not None],
+                         ids=lambda s: s.name)
+def test_a_weight_only_kernel_refuses_an_activation_key_at_prepare(scheme):
+    import torch
+
+    from kernels.base import load_kernel
+
+    kernel = load_kernel("dequant-weight-only")
+    w = torch.randn(16, 64)
+    with pytest.raises(ValueError, match="weight-only and would ignore the activation key"):
+        kernel.prepare(w, scheme.contract)
+
+
+def test_a_layer_logs_its_deviation_once_and_strict_refuses_to_build_it(caplog, monkeypatch):
+    import torch
+    from torch import nn
+
+    from registry.layers import MXLinear
+    from registry.quantize import quantize_model
+
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 16))
+    x = torch.randn(3, 64)
+    monkeypatch.setenv(ENV_DISABLED, "dequant-weight-only")
+    with caplog.at_level(logging.WARNING, logger="registry.resolve"):
+        report = quantize_model(model, "w_mxfp4")
+        for _ in range(3):
+            model(x)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert [m.split(":", 1)[0] for m in msgs] == ["0", "2"], msgs
+    assert all("dequant-weight-only would run but is disabled" in m for m in msgs)
+    assert all(r.deviations and r.deviations[0].startswith("disabled: ") for r in report.rows)
+    assert "disabled" in str(report).splitlines()[2]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="registry.resolve"):
+        layer = MXLinear(torch.randn(16, 64), "w_mxfp4")  # no name: the scheme names it
+    assert [r.getMessage().split(":", 1)[0] for r in caplog.records] == ["MXLinear(w_mxfp4)"]
+    monkeypatch.setenv(ENV_STRICT, "1")
+    with pytest.raises(ResolutionError, match=r"^layer 0: strict mode: .*disabled: "):
+        quantize_model(nn.Sequential(nn.Linear(64, 32)), "w_mxfp4")
+    assert layer.resolution.kernel == "reference-emulation"

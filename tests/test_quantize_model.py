@@ -208,12 +208,12 @@ def test_report_table_and_dicts():
     text = str(report)
     assert text.splitlines()[0] == "quantized: 6 of 7 linear layers"
     assert text.splitlines()[1].split() == ["layer", "in->out", "scheme", "kernel", "platform",
-                                            "fallback", "reason"]
+                                            "deviations", "reason"]
     assert text.splitlines()[6].split()[:2] == ["mlp.0", "64->128"] and "ignored by pattern 'lm_head'" in text
     dicts = report.to_dicts()
     assert dicts[4] == {"layer": "mlp.0", "in_features": 64, "out_features": 128,
                         "scheme": "w_mxfp8_e4m3_a_mxfp8_e4m3", "kernel": "reference-emulation",
-                        "platform": "cpu", "fallback": False, "quantized": True,
+                        "platform": "cpu", "fallback": False, "quantized": True, "deviations": (),
                         "reason": report.row("mlp.0").reason}
     again = quantize_model(model, "w_mxfp4")  # already quantized layers are left alone
     assert again.row("mlp.0").reason == "already an MXLinear; left unchanged"

@@ -46,7 +46,7 @@ from torch import Tensor
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.formats import BLOCK
 from kernels.mx import mx_quantize
-from kernels.reference.linear import check_input
+from kernels.reference.linear import check_bias, check_input
 from registry.contract import SchemeContract
 
 if not (hasattr(torch, "float8_e8m0fnu") and hasattr(torch, "float4_e2m1fn_x2")):
@@ -204,16 +204,12 @@ class ScaledMMMXLinear(LinearKernel):
             raise ValueError(f"{self.name}: the weight was not prepared by this kernel; call "
                              f"load_kernel({self.name!r}).prepare(weight, contract) first")
         n, k = prepared.out_features, prepared.in_features
-        if bias is not None:
-            if not isinstance(bias, Tensor) or tuple(bias.shape) != (n,) \
-                    or not bias.is_floating_point() or bias.device != x.device:
-                got = (f"{tuple(bias.shape)} {bias.dtype} on {bias.device}"
-                       if isinstance(bias, Tensor) else type(bias).__name__)
-                raise ValueError(f"{self.name}: bias must be a float tensor of shape ({n},) on "
-                                 f"{x.device}, got {got}")
+        check_bias(bias, n, x.device, self.name)
         key = prepared.contract.activation
         dtype, _ = OPERAND_DTYPES[key.format]
         x2d = x.reshape(-1, k)
+        if x2d.shape[0] == 0:  # no rows: the documented empty result (cuBLAS is not called)
+            return torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
         xq = mx_quantize(x2d, key.format, rounding=key.scale.rounding)  # contract's numerics
         mat1 = xq.data.view(dtype)  # [M, K(/2)], row-major
         scale_a = to_blocked_scales(xq.scales).view(torch.float8_e8m0fnu)

@@ -1,27 +1,60 @@
 """Per-tensor fp8 E4M3 fake quantization with a static fp32 scale (the `*_a_fp8` activations)."""
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
 FP8_E4M3_MAX = 448.0
+_X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def fp8_tensor_qdq(x: Tensor, scale: Tensor) -> Tensor:
     """x / scale, saturated to +-448, rounded to E4M3 (RNE), times scale; x's dtype.
 
     NaN stays NaN; +-Inf saturates like any value beyond the range (torch's E4M3 cast would
-    turn it into NaN, so clamp first).
+    turn it into NaN, so clamp first). `scale` is checked like `check_act_scale` (one element,
+    finite, > 0) when it is a number or a CPU tensor; a scale already on a GPU is trusted to have
+    passed `check_act_scale` at preparation (reading it back would sync every call).
     """
+    if not isinstance(x, Tensor) or x.dtype not in _X_DTYPES:
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"fp8_tensor_qdq: x has dtype {got}; pass float32, bfloat16 or float16 "
+                         "activations (cast first, e.g. x.float())")
+    if x.device.type == "meta":
+        raise ValueError("fp8_tensor_qdq: x is on the meta device (shapes only, no values); "
+                         "materialize it first")
+    if not isinstance(scale, Tensor) or scale.device.type in ("cpu", "meta"):
+        scale = check_act_scale(scale)
+    elif scale.numel() != 1 or not scale.is_floating_point():
+        raise ValueError(f"fp8_tensor_qdq: scale must be one float element, got {scale.dtype} "
+                         f"{tuple(scale.shape)}; pass check_act_scale(scale)")
     scale = scale.to(device=x.device, dtype=torch.float32)
-    y = torch.clamp(x.float() / scale, -FP8_E4M3_MAX, FP8_E4M3_MAX)
-    y = y.to(torch.float8_e4m3fn).float() * scale
+    # inference numerics, as mx_qdq: no autograd graph through the rounding
+    y = torch.clamp(x.detach().float() / scale.detach(), -FP8_E4M3_MAX, FP8_E4M3_MAX)
+    y = y.to(torch.float8_e4m3fn).float() * scale.detach()
     return y.to(x.dtype)
 
 
 def check_act_scale(scale: object) -> Tensor:
-    """A valid static per-tensor scale as a 0-dim fp32 tensor (checked once, at preparation)."""
-    t = torch.as_tensor(scale, dtype=torch.float32)
+    """A valid static per-tensor scale as a detached 0-dim fp32 tensor on the scale's device
+    (checked once, at preparation): a real number or a one-element int / float tensor, finite
+    and > 0 after rounding to fp32. bool, complex, strings and meta tensors are refused."""
+    if isinstance(scale, Tensor):
+        if scale.dtype == torch.bool or scale.is_complex():
+            raise ValueError(f"activation scale has dtype {scale.dtype}; pass a real float scale "
+                             "(the checkpoint's input_scale, float32)")
+        if scale.device.type == "meta":
+            raise ValueError("activation scale is on the meta device (no value); load the "
+                             "checkpoint's input_scale first")
+        t = scale.detach().to(torch.float32)
+    elif isinstance(scale, numbers.Real) and not isinstance(scale, bool):
+        t = torch.tensor(float(scale), dtype=torch.float32)
+    elif isinstance(scale, (list, tuple)) or type(scale).__module__ == "numpy":
+        return check_act_scale(_as_tensor(scale))
+    else:
+        raise _not_a_scale(scale)
     if t.numel() != 1:
         raise ValueError(
             f"a per-tensor activation scale has one element, got shape {tuple(t.shape)}; "
@@ -29,5 +62,19 @@ def check_act_scale(scale: object) -> Tensor:
         )
     value = float(t.reshape(()))
     if not (value > 0 and value < float("inf")):
-        raise ValueError(f"activation scale must be finite and > 0, got {value}")
+        raise ValueError(f"activation scale must be finite and > 0 (as float32), got {value}; "
+                         "pass the checkpoint's input_scale or calibrate one")
     return t.reshape(())
+
+
+def _not_a_scale(scale: object) -> ValueError:
+    return ValueError(f"activation scale must be a real number or a one-element float tensor, "
+                      f"got {type(scale).__name__} {scale!r:.60}")
+
+
+def _as_tensor(scale: object) -> Tensor:
+    """A list / tuple / numpy value as a tensor (then checked like one)."""
+    try:
+        return torch.as_tensor(scale)
+    except (TypeError, ValueError, RuntimeError):
+        raise _not_a_scale(scale) from None

@@ -84,6 +84,10 @@ def check_routing(topk_ids: Tensor, topk_weights: Tensor, tokens: int, num_exper
     if topk_ids.shape[1] < 1 or topk_ids.shape[1] > num_experts:
         raise ValueError(f"{_WHERE}: top_k={topk_ids.shape[1]} must be in [1, {num_experts}] "
                          "(the number of experts)")
+    for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+        if t.device.type == "meta":
+            raise ValueError(f"{_WHERE}: {name} is on the meta device (no values); pass real "
+                             "routing tensors")
     if check_range and topk_ids.numel():
         lo, hi = int(topk_ids.min()), int(topk_ids.max())
         if lo < 0 or hi >= num_experts:

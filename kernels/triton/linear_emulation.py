@@ -26,7 +26,7 @@ from torch import Tensor
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.dispatch import activation_qdq
 from kernels.mx import mx_dequantize
-from kernels.reference.linear import check_input
+from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, _store_fp32
 from kernels.triton import linear_decode, mx_quant
 from kernels.triton.linear_tiles import (  # noqa: F401  (re-exported for the MoE kernels)
@@ -98,15 +98,7 @@ def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Ten
 
 
 def _check_bias(bias: Tensor | None, n: int, device: torch.device) -> None:
-    if bias is None:
-        return
-    if not isinstance(bias, Tensor) or tuple(bias.shape) != (n,):
-        got = tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__
-        raise ValueError(f"{_NAME}: bias must be a 1-D tensor of out_features={n} elements, "
-                         f"got {got}")
-    if not bias.is_floating_point() or bias.device != device:
-        raise ValueError(f"{_NAME}: bias must be a float tensor on {device}, got "
-                         f"{bias.dtype} on {bias.device}")
+    check_bias(bias, n, device, _NAME)
 
 
 def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None, *,

@@ -23,9 +23,9 @@ from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.formats import BLOCK, get_format
-from kernels.reference.linear import check_input
+from kernels.reference.linear import check_bias, check_input
 from kernels.triton import mx_quant
-from kernels.triton.linear_emulation import DECODE_MAX_M, _check_bias, fused_linear
+from kernels.triton.linear_emulation import DECODE_MAX_M, fused_linear
 from kernels.triton.mx_codec import KIND_OF_DTYPE, _e8m0_value, _store_fp32
 
 _NAME = "triton-fp8-mma"
@@ -102,7 +102,7 @@ def fp8_mma_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = No
         raise ValueError(f"{_NAME} runs MXFP8 weights x dynamic MXFP8 activations only, got "
                          f"{prepared.contract}; resolve the scheme again")
     n, k = prepared.out_features, prepared.in_features
-    _check_bias(bias, n, x.device)
+    check_bias(bias, n, x.device, _NAME)
     lead = x.shape[:-1]
     x2d = x.reshape(-1, k)
     m = x2d.shape[0]
@@ -148,6 +148,10 @@ class FP8MMALinear(LinearKernel):
     name = "triton-fp8-mma"
 
     def finish_prepare(self, prepared: PreparedWeight) -> None:
+        if not self.decl.implements(prepared.contract):
+            raise ValueError(f"{_NAME} does not implement {prepared.contract}: it runs MXFP8 "
+                             "weights x dynamic MXFP8 activations only; run `registry resolve "
+                             "<scheme>` to pick a kernel that does")
         prepared.cache[_CACHE_KEY] = _weight_operands(prepared)
 
     def apply(self, x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None) -> Tensor:

@@ -229,6 +229,9 @@ def _check_tensor(t: object, name: str, fn: str) -> torch.Tensor:
     if t.shape[1] > 1 and t.stride(1) != 1:
         raise ValueError(f"{_WHERE}.{fn}: {name} must have unit stride along its last axis, got "
                          f"strides {t.stride()}; pass {name}.contiguous()")
+    if t.device.type not in ("cpu", "cuda"):  # meta has no values; others: not Triton's
+        raise ValueError(f"{_WHERE}.{fn}: {name} is on {t.device}; the Triton kernels need a CUDA "
+                         "tensor (or a CPU one under TRITON_INTERPRET=1)")
     if not _INTERPRETED and not t.is_cuda:
         raise ValueError(f"{_WHERE}.{fn}: {name} is on {t.device}; the Triton kernels need a CUDA "
                          "tensor (or TRITON_INTERPRET=1 set before importing kernels.triton)")
