@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The hardening checks on a GPU (issue 7): `lint --probe` (recorded) and `registry doctor`, the
+# determinism tool, then the bad-tensor / determinism / concurrency / no-fallback tests compiled
+# for real. STEPS picks a subset (e.g. STEPS="doctor determinism"); logs go to $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export REGISTRY_CACHE_DIR=${REGISTRY_CACHE_DIR:-$OUT/cache}
+if [ -d .whl ]; then  # the device image lacks pydantic: carried as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+STEPS=${STEPS:-doctor determinism pytest}
+step() { local name=$1 limit=$2; shift 2; case " $STEPS " in *" $name "*) ;; *) return;; esac
+         echo; echo "=== $name"; timeout "$limit" "$@"; echo "=== $name rc=$?"; }
+step doctor "${DOCTOR_S:-150}" sh -c "python3 -m registry lint --probe > $OUT/probe.txt 2>&1; tail -2 $OUT/probe.txt; python3 -m registry doctor > $OUT/doctor.txt 2>&1; python3 -m registry doctor --json > $OUT/doctor.json 2>&1; cat $OUT/doctor.txt"
+step determinism "${DET_S:-240}" sh -c "python3 tools/check_determinism.py ${DET_ARGS:-} --out $OUT/determinism.json > $OUT/determinism.md 2> $OUT/determinism.err; rc=\$?; tail -5 $OUT/determinism.md; grep -E '\| (NO|not run) \|' $OUT/determinism.md | head -30; tail -3 $OUT/determinism.err; exit \$rc"
+step pytest "${PYTEST_S:-400}" sh -c "python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/test_bad_tensors_codec.py tests/test_bad_tensors_linear.py tests/test_bad_tensors_model.py tests/test_no_silent_fallback.py tests/test_concurrency.py} > $OUT/pytest.log 2>&1; rc=\$?; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -40; tail -3 $OUT/pytest.log; exit \$rc"
