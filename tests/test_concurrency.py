@@ -34,6 +34,8 @@ from registry.platform import KNOWN_PLATFORMS, Platform
 from registry.probe import runnable_here
 from registry.resolve import ResolutionError, resolve
 
+from conftest import DEVICE  # Triton kernels: the GPU when there is one, else the interpreter
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("check_determinism",
                                                ROOT / "tools" / "check_determinism.py")
@@ -245,6 +247,7 @@ def test_shared_triton_kernel_apply_from_many_threads(kernel_name: str, scheme_n
     kernel = load_kernel(kernel_name)
     w, xs, b = _inputs(32, 128, 3, kernel_name)
     xs[2] = torch.randn(20, 128, generator=gen(kernel_name)).to(torch.bfloat16)  # M > 16
+    w, b, xs = w.to(DEVICE), b.to(DEVICE), [x.to(DEVICE) for x in xs]
     prepared = kernel.prepare(w, scheme.contract)
     want = [kernel.apply(x, prepared, b) for x in xs]
     got = hammer(lambda t, i: ((t + i) % 3, kernel.apply(xs[(t + i) % 3], prepared, b)),
@@ -260,6 +263,7 @@ def test_fresh_prepared_weight_cache_filled_by_many_threads_at_once(interpreter_
     get the single-threaded bits and the cache ends with one whole entry per key."""
     scheme = CATALOG.get("w_mxfp4_a_mxfp4")
     w, xs, b = _inputs(32, 128, 4, "lazy")
+    w, b, xs = w.to(DEVICE), b.to(DEVICE), [x.to(DEVICE) for x in xs]
     config = linear_decode.DecodeConfig(block_n=16, block_k=64, split=2, warps=1, stages=1,
                                         split_fp4=True)
     reference = load_kernel("reference-emulation")
@@ -314,6 +318,8 @@ def test_moe_layer_from_many_threads(backend: str, interpreter_lock) -> None:
     w = torch.randn(4, 24, 64, generator=g) * 0.05
     x = torch.randn(9, 64, generator=g).to(torch.bfloat16)
     logits = torch.randn(9, 4, generator=g)
+    if backend == "triton":
+        w, x, logits = w.to(DEVICE), x.to(DEVICE), logits.to(DEVICE)
     want = MXGroupedExperts(w, scheme, backend=backend)(x, logits, 2)
     for _ in range(2):
         layer = MXGroupedExperts(w, scheme, backend=backend)

@@ -1,4 +1,5 @@
-"""Determinism: the same inputs give the same bits, run to run (CPU; Triton in its interpreter).
+"""Determinism: the same inputs give the same bits, run to run (on this machine's device; on a
+CPU, Triton kernels run in its interpreter).
 
 Every comparison is bit for bit through integer views (NaN payloads and signed zeros count).
 Each case runs once, then other calls are interleaved (other inputs, other ops) so every cache
@@ -31,9 +32,11 @@ from kernels.kernel_table import kernel_by_name
 from kernels.moe import MXGroupedExperts
 from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
 from registry.catalog import load_schemes
-from registry.platform import Platform
 from registry.probe import runnable_here
+from registry.layers import platform_for_device
 from registry.resolve import accepts
+
+from conftest import DEVICE  # the GPU when there is one, else the CPU (Triton interpreter)
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("check_determinism",
@@ -42,11 +45,11 @@ cd = sys.modules.setdefault("check_determinism", importlib.util.module_from_spec
 if not hasattr(cd, "run_case"):  # first import in this process
     _spec.loader.exec_module(cd)
 
-CPU = Platform("cpu")
+HERE = platform_for_device(DEVICE)
 CATALOG = load_schemes(env={})
 SCHEMES = sorted(CATALOG.schemes.values(), key=lambda s: s.name)
-PAIRS = [(k, s) for k in runnable_here(CPU) for s in SCHEMES
-         if accepts(kernel_by_name(k), s.contract, CPU)[0]]
+PAIRS = [(k, s) for k in runnable_here(HERE) for s in SCHEMES
+         if accepts(kernel_by_name(k), s.contract, HERE)[0]]
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -64,13 +67,13 @@ def special_input(rows: int, k: int, g: torch.Generator, dtype=torch.float32, sc
                   nan: bool = True) -> torch.Tensor:
     """Random rows; row 0 holds a zero, a subnormal and (nan=True) a NaN and an Inf block."""
     x = cd.special_blocks(torch.randn(rows, k, generator=g) * scale, 0, nan=nan)
-    return x.to(dtype)
+    return x.to(device=DEVICE, dtype=dtype)
 
 
 def test_the_cases_cover_every_kernel_format_and_activation_kind() -> None:
     """The pair list follows the kernel table; the Triton MoE subset spans every weight format
     and every kind of activation key."""
-    assert {k for k, _ in PAIRS} == set(runnable_here(CPU))
+    assert {k for k, _ in PAIRS} == set(runnable_here(HERE))
     assert len(PAIRS) >= len(SCHEMES) * 2  # reference-emulation + triton-emulation at least
     moe = [s for s, b in MOE if b == "triton"]
     assert {s.contract.weight.format for s in moe} == set(FORMATS) - {"mxfp8_e5m2"} == \
@@ -89,8 +92,8 @@ def test_kernel_gives_the_same_bits_with_fresh_state(kernel_name: str, scheme) -
     n, k = 48, 128
     w = special_input(n, k, g, scale=0.05)
     x = special_input(m, k, g, torch.bfloat16, nan=m > 1)  # M = 1 with NaN: all NaN
-    other = torch.randn(3, k, generator=g).to(torch.bfloat16)
-    bias = torch.randn(n, generator=g).to(torch.bfloat16)
+    other = torch.randn(3, k, generator=g).to(DEVICE, torch.bfloat16)
+    bias = torch.randn(n, generator=g).to(DEVICE, torch.bfloat16)
     scale = cd.static_scale(scheme, x)
 
     kernel = load_kernel(kernel_name)
@@ -118,7 +121,7 @@ def test_codec_ops_give_the_same_bits(backend: str, fmt: str, rounding: str) -> 
     dtype = DTYPES[i % len(DTYPES)]  # cycling: every dtype meets every backend
     g = gen("codec", backend, fmt, rounding)
     x = special_input(5, 96, g, dtype, scale=3.0)
-    other = torch.randn(7, 64, generator=g).to(dtype)
+    other = torch.randn(7, 64, generator=g).to(DEVICE, dtype)
     layouts = ("packed", "unpacked") if FORMATS[fmt].bits < 8 else ("unpacked",)
 
     def run() -> list[torch.Tensor]:
@@ -149,7 +152,7 @@ def test_moe_layer_gives_the_same_bits_with_a_fresh_layer(scheme, backend: str) 
     e, n, k, tokens, top_k = 4, 24, 64, 9, 2
     w = special_input(e * n, k, g, scale=0.05).view(e, n, k)
     x = special_input(tokens, k, g, torch.bfloat16)
-    logits = torch.randn(tokens, e, generator=g)
+    logits = torch.randn(tokens, e, generator=g).to(DEVICE)
     scale = cd.static_scale(scheme, x)
     layer = MXGroupedExperts(w, scheme, backend=backend, act_scale=scale)
     first = layer(x, logits, top_k)
@@ -195,7 +198,7 @@ def test_emulation_strategies_give_the_same_bits(strategy: str, m: int, config,
     n = 40
     w = special_input(n, k, g, scale=0.05)
     x = special_input(m, k, g, torch.bfloat16, nan=m > 1)
-    bias = torch.randn(n, generator=g).to(torch.bfloat16)
+    bias = torch.randn(n, generator=g).to(DEVICE, torch.bfloat16)
     scale = cd.static_scale(scheme, x)
     kernel = load_kernel("triton-emulation")
 
@@ -239,12 +242,13 @@ def test_run_case_catches_a_nondeterministic_call() -> None:
     assert cd.run_case(steady, steady, repeats=3, threads=2, sync=lambda: None)[:2] == (True, None)
 
 
-def test_check_determinism_tool_runs_on_cpu(tmp_path: Path) -> None:
-    """The H200 tool's own CPU path (interpreter, tiny shapes), every section, as a script."""
+def test_check_determinism_tool_runs_here(tmp_path: Path) -> None:
+    """The H200 tool as a script, every section, on this machine's device (the CPU: the
+    interpreter and tiny shapes)."""
     out = tmp_path / "det.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "check_determinism.py"), "--device", "cpu",
-         "--quick", "--repeats", "2", "--threads", "2", "--schemes", "w_mxfp4_a_mxfp4",
+        [sys.executable, str(ROOT / "tools" / "check_determinism.py"), "--device",
+         "cuda" if DEVICE == "cuda" else "cpu", "--quick", "--repeats", "2", "--threads", "2", "--schemes", "w_mxfp4_a_mxfp4",
          "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
