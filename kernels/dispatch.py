@@ -16,7 +16,7 @@ from torch import Tensor
 
 from kernels.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
 from kernels.mx import mx_qdq
-from kernels.reference.fp8_tensor import fp8_tensor_qdq
+from kernels.reference.fp8_tensor import check_values, fp8_tensor_qdq
 from registry.contract import QuantKey
 
 #: (x, act_scale) -> x fake-quantized, same dtype and shape.
@@ -83,14 +83,8 @@ def calibrate_act_scale(key: QuantKey, sample: Tensor) -> Tensor:
     scale); NaN / Inf in the sample is an error."""
     if key != FP8_STATIC_TENSOR_KEY:
         raise ValueError(f"activation key {key} has no static scale to calibrate")
-    if not isinstance(sample, Tensor) or not sample.is_floating_point() or \
-            sample.dtype not in _CALIBRATION_DTYPES:
-        got = sample.dtype if isinstance(sample, Tensor) else type(sample).__name__
-        raise ValueError(f"calibration sample has dtype {got}; pass a batch of float activations "
-                         "(float32, bfloat16, float16 or float64)")
-    if sample.device.type == "meta":
-        raise ValueError("calibration sample is on the meta device (shapes only, no values); "
-                         "pass real activations")
+    check_values(sample, "calibration sample", _CALIBRATION_DTYPES,
+                 "pass a batch of float activations (float32, bfloat16, float16 or float64)")
     if sample.numel() == 0:
         raise ValueError(f"calibration sample is empty (shape {tuple(sample.shape)}); pass a "
                          "batch of real activations")

@@ -1,13 +1,8 @@
 """`quantize_model`: replace a model's nn.Linear layers by `MXLinear`, and say what happened.
 
 Which layers: every nn.Linear is a candidate; `targets` selects, `ignore` removes, and a scheme
-mapping `{pattern: scheme}` gives each layer the scheme of its first matching key. A pattern is
-- `re:REGEX`: `re.match` on the layer name (anchored at the start only, as compressed-tensors
-  reads `re:` targets), e.g. `re:.*mlp\\..*`;
-- a glob holding `*`, `?` or `[`: `fnmatch` on the layer name, case-sensitive (Quark's exclude
-  style, e.g. `*lm_head`);
-- anything else: the exact layer name (`model.named_modules()`), or the class name of the module
-  or of one of its base classes (`Linear` matches nn.Linear and its subclasses).
+mapping `{pattern: scheme}` gives each layer the scheme of its first matching key. Patterns
+(`re:REGEX`, globs, exact layer names, class names) are read by `registry.layer_patterns`.
 A target entry that matches no layer, and a class-name target naming a module that is not an
 nn.Linear, are errors; an ignore entry that matches nothing is a note in the report.
 
@@ -21,10 +16,8 @@ question for any platform without touching the model (the what-if report).
 """
 from __future__ import annotations
 
-import fnmatch
-import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -32,6 +25,7 @@ from torch import Tensor, nn
 from registry.catalog import Catalog, load_schemes
 from registry.cli import table
 from registry.contract import MX_BLOCK, Scheme
+from registry.layer_patterns import LayerPatterns, check_shared_names, module_class_names
 from registry.layers import MXLinear, platform_for_device, scheme_of
 from registry.platform import Platform, platform_of
 from registry.resolve import Resolution, ResolutionError, resolve
@@ -100,52 +94,6 @@ class QuantizationReport:
 
 
 # ---------------------------------------------------------------------------------------------
-# Patterns
-# ---------------------------------------------------------------------------------------------
-
-def _class_names(module: nn.Module) -> set[str]:
-    names = {c.__name__ for c in type(module).__mro__ if c not in (nn.Module, object)}
-    return names | {"Linear"} if isinstance(module, MXLinear) else names
-
-
-class _Patterns:
-    """An ordered list of patterns (see the module docstring) and which of them ever matched."""
-
-    def __init__(self, what: str, patterns: Union[str, Iterable[str]]):
-        self.what = what
-        self.items = (patterns,) if isinstance(patterns, str) else tuple(patterns)
-        self.used: set[str] = set()
-        self._regex: dict[str, re.Pattern] = {}
-        for p in self.items:
-            if not isinstance(p, str) or not p:
-                raise ValueError(f"{what} entries must be non-empty strings, got {p!r}")
-            if p.startswith("re:"):
-                try:
-                    self._regex[p] = re.compile(p[3:])
-                except re.error as e:
-                    raise ValueError(f"{what} entry {p!r}: bad regular expression ({e})") from None
-
-    def matches(self, p: str, name: str, module: nn.Module) -> bool:
-        if p in self._regex:
-            return self._regex[p].match(name) is not None
-        if any(c in p for c in "*?["):
-            return fnmatch.fnmatchcase(name, p)
-        return p == name or p in _class_names(module)
-
-    def first(self, name: str, module: nn.Module) -> Optional[str]:
-        hit = next((p for p in self.items if self.matches(p, name, module)), None)
-        if hit is not None:
-            self.used.add(hit)
-        return hit
-
-    def class_names(self) -> list[str]:
-        return [p for p in self.items if p not in self._regex and not any(c in p for c in "*?[")]
-
-    def unused(self) -> list[str]:
-        return [p for p in self.items if p not in self.used]
-
-
-# ---------------------------------------------------------------------------------------------
 # Deciding (no resolution yet)
 # ---------------------------------------------------------------------------------------------
 
@@ -161,20 +109,20 @@ def _decide(model: nn.Module, scheme: SchemeSpec, targets: Any, ignore: Any,
             catalog: Optional[Catalog]) -> tuple[list[_Layer], list[str]]:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    tgt, ign = _Patterns("targets", targets), _Patterns("ignore", ignore)
+    tgt, ign = LayerPatterns("targets", targets), LayerPatterns("ignore", ignore)
     catalog = catalog if catalog is not None or isinstance(scheme, Scheme) else load_schemes()
     if isinstance(scheme, Mapping):
         if not scheme:
             raise ValueError("the scheme mapping is empty; give {pattern: scheme} entries")
         by_key = {k: scheme_of(v, catalog) for k, v in scheme.items()}
-        keys: Optional[_Patterns] = _Patterns("scheme mapping key", list(by_key))
+        keys: Optional[LayerPatterns] = LayerPatterns("scheme mapping key", list(by_key))
     else:
         single, keys = scheme_of(scheme, catalog), None
     layers: dict[int, _Layer] = {}
     shape_problems: list[str] = []
     for name, m in model.named_modules(remove_duplicate=False):
         if not isinstance(m, (nn.Linear, MXLinear)):
-            named = sorted(set(tgt.class_names()) & _class_names(m))
+            named = sorted(set(tgt.class_names()) & module_class_names(m))
             if named:
                 raise ValueError(f"targets {named[0]!r} matches {name or 'the model'} "
                                  f"({type(m).__name__}): only nn.Linear layers can be quantized; "
@@ -185,7 +133,8 @@ def _decide(model: nn.Module, scheme: SchemeSpec, targets: Any, ignore: Any,
                              "so the layer can be replaced")
         if id(m) in layers:
             layers[id(m)].names.append(name)
-            _check_shared(layers[id(m)], name, tgt, ign, keys)
+            check_shared_names(layers[id(m)].names[0], name, m,
+                               (tgt, ign) + ((keys,) if keys else ()))
             continue
         layer = layers[id(m)] = _Layer([name], m)
         if isinstance(m, MXLinear):
@@ -227,16 +176,6 @@ def _decide(model: nn.Module, scheme: SchemeSpec, targets: Any, ignore: Any,
 
 def _example(layers: dict[int, _Layer]) -> str:
     return next((lay.names[0] for lay in layers.values()), "(the model has no nn.Linear)")
-
-
-def _check_shared(layer: _Layer, name: str, tgt: _Patterns, ign: _Patterns,
-                  keys: Optional[_Patterns]) -> None:
-    """A module reachable by two names must get one decision under both."""
-    first, m = layer.names[0], layer.module
-    for pats in (tgt, ign) + ((keys,) if keys else ()):
-        if pats.first(first, m) != pats.first(name, m):
-            raise ValueError(f"layer {first} is also reachable as {name}, and {pats.what} treats "
-                             "the two names differently; name both or neither")
 
 
 def _in_layer(name: str, error: Exception) -> Exception:

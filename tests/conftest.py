@@ -17,3 +17,18 @@ if not torch.cuda.is_available():
 
 #: Where tests put tensors for Triton kernels: the GPU when there is one, else the CPU (interpreter).
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_tool(name: str):
+    """tools/NAME.py imported as a module, once per process (tests share a tool's helpers)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

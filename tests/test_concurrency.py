@@ -11,8 +11,6 @@ GPU launches from several threads are checked by tools/check_determinism.py on t
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import time
 import zlib
@@ -34,14 +32,10 @@ from registry.platform import KNOWN_PLATFORMS, Platform
 from registry.probe import runnable_here
 from registry.resolve import ResolutionError, resolve
 
-from conftest import DEVICE  # Triton kernels: the GPU when there is one, else the interpreter
+from conftest import DEVICE, load_tool  # Triton kernels: the GPU when there is one, else the interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("check_determinism",
-                                               ROOT / "tools" / "check_determinism.py")
-cd = sys.modules.setdefault("check_determinism", importlib.util.module_from_spec(_spec))
-if not hasattr(cd, "run_case"):  # first import in this process
-    _spec.loader.exec_module(cd)
+cd = load_tool("check_determinism")
 
 THREADS = 8
 CATALOG = load_schemes(env={})

@@ -15,7 +15,6 @@ dequant-gemm); and tools/check_determinism.py's CPU path end to end.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
@@ -36,14 +35,10 @@ from registry.probe import runnable_here
 from registry.layers import platform_for_device
 from registry.resolve import accepts
 
-from conftest import DEVICE  # the GPU when there is one, else the CPU (Triton interpreter)
+from conftest import DEVICE, load_tool  # the GPU when there is one, else the CPU (Triton interpreter)
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("check_determinism",
-                                               ROOT / "tools" / "check_determinism.py")
-cd = sys.modules.setdefault("check_determinism", importlib.util.module_from_spec(_spec))
-if not hasattr(cd, "run_case"):  # first import in this process
-    _spec.loader.exec_module(cd)
+cd = load_tool("check_determinism")
 
 HERE = platform_for_device(DEVICE)
 CATALOG = load_schemes(env={})

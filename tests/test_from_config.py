@@ -1,17 +1,6 @@
-"""`registry resolve --from-config` and `registry.hf_config.schemes_from_config`.
-
-Fixtures (tests/fixtures/hf_configs, each citing its model / source in `_comment`):
-  quark_mxfp4_w4a4.json                 amd/DeepSeek-R1-MXFP4-Preview-style Quark export (spec
-                                        fields of vLLM's Quark MXFP4 test config)
-  quark_w_mxfp6_e3m2_a_mxfp6_e3m2.json  fxmarty/qwen1.5_moe_a2.7b_chat_w_fp6_e3m2_a_fp6_e3m2
-  quark_w_mxfp4_a_mxfp6_e2m3.json       fxmarty/qwen1.5_moe_a2.7b_chat_w_fp4_a_fp6_e2m3
-  quark_mixed_layers.json               layer_quant_config mix (AMD's MXFP4/MXFP6 blog)
-  quark_w_mxfp4_a_fp8.json              bare quantization_config, vLLM QuarkW4A8_MXFP4_FP8 specs
-  ct_mxfp4a16.json                      nm-testing/Qwen3-30B-A3B-MXFP4A16 (llm-compressor preset)
-  ct_mxfp4_w4a4.json                    llm-compressor preset MXFP4 (W4A4)
-  ct_text_config_experts.json           Kimi K3 layout (text_config.quantization_config)
-  broken_*.json                         one failure each
-The expected schemes below are written by hand from the fixtures, not computed.
+"""`registry.hf_config.schemes_from_config`: reading HF quantization configs and mapping them to
+catalog schemes (the fixtures and expected schemes: tests/hf_config_fixtures.py; the
+`registry resolve --from-config` command line: tests/test_from_config_cli.py).
 """
 from __future__ import annotations
 
@@ -22,57 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from hf_config_fixtures import EXPECTED, FIXTURES, GLOBAL, GROUP0, LAYER, fixture
 from registry.catalog import load_schemes
-from registry.cli import main
 from registry.errors import display_path
 from registry.hf_config import (ConfigError, group_for_module, nearest_scheme,
                                 schemes_from_config)
 from registry.hf_quark import read_spec
-from registry.resolve import resolve
-
-FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
-GLOBAL = "quantization_config.global_quant_config"
-LAYER = "quantization_config.layer_quant_config"
-GROUP0 = 'quantization_config.config_groups["group_0"]'
 
 
-def fixture(name: str) -> dict:
-    return json.loads((FIXTURES / name).read_text())
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-# --- every fixture maps to the schemes written here by hand ------------------------------------
-
-EXPECTED = {
-    "quark_mxfp4_w4a4.json": (
-        {GLOBAL: "w_mxfp4_a_mxfp4"},
-        ["lm_head", "re:.*mlp.gate$", "re:model.layers.61.*", "re:.*self_attn.*"]),
-    "quark_w_mxfp6_e3m2_a_mxfp6_e3m2.json": (
-        {GLOBAL: "w_mxfp6_e3m2_a_mxfp6_e3m2"},
-        ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]),
-    "quark_w_mxfp4_a_mxfp6_e2m3.json": (
-        {GLOBAL: "w_mxfp4_a_mxfp6_e2m3"},
-        ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]),
-    "quark_mixed_layers.json": (
-        {GLOBAL: "w_mxfp4_a_mxfp4",
-         f'{LAYER}["*self_attn*"]': "w_mxfp8_e4m3_a_mxfp8_e4m3",
-         f'{LAYER}["*.mlp.experts.*"]': "w_mxfp4_a_mxfp6_e3m2",
-         f'{LAYER}["*.mlp.shared_expert.*"]': "w_mxfp6_e2m3"},
-        ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]),
-    "quark_w_mxfp4_a_fp8.json": ({"global_quant_config": "w_mxfp4_a_fp8"}, ["lm_head"]),
-    "ct_mxfp4a16.json": ({GROUP0: "w_mxfp4"}, ["lm_head", "re:.*mlp.gate$"]),
-    "ct_mxfp4_w4a4.json": ({GROUP0: "w_mxfp4_a_mxfp4"}, ["lm_head", "re:.*mlp.gate$"]),
-    "ct_text_config_experts.json": (
-        {"text_config." + GROUP0: "w_mxfp4"},
-        ["re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*",
-         "re:.*lm_head.*", "re:.*vision_tower.*", "re:.*mm_projector.*"]),
-}
-
+# --- every fixture maps to the schemes written by hand (hf_config_fixtures.EXPECTED) -----------
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_fixture_maps_to_expected_schemes(name):
@@ -406,101 +353,3 @@ def test_group_for_module_follows_each_producer():
     assert group_for_module(g, "model.layers.1.mlp.down_proj").scheme.name == "w_mxfp4_a_mxfp4"
     # re: entries are re.match (anchored at the start only), as compressed-tensors matches
     assert group_for_module(g, "model.layers.0.mlp.gate_up_proj").status == "not quantized"
-
-
-# --- the CLI -----------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("platform", ["cuda:sm90", "cpu"])
-def test_cli_text_matches_plain_resolve(capsys, platform):
-    path = str(FIXTURES / "quark_mixed_layers.json")
-    code, out, err = run(capsys, "resolve", "--from-config", path, "--platform", platform)
-    assert code == 0 and err == ""
-    assert f"platform: {platform} (named)" in out and "(quark)" in out
-    catalog = load_schemes()
-    for path_, name in EXPECTED["quark_mixed_layers.json"][0].items():
-        row = next(line for line in out.splitlines() if line.startswith(path_ + " "))
-        kernel = resolve(catalog.get(name), platform).kernel
-        assert f" {name} " in row and f" {kernel} " in row, row
-        assert f"candidates for {name} on {platform}, in priority order:" in out
-    assert "not quantized (exclude pattern lm_head)" in out
-
-
-@pytest.mark.parametrize("platform", ["cuda:sm90", "cpu"])
-def test_cli_json(capsys, platform):
-    code, out, _ = run(capsys, "resolve", "--from-config", str(FIXTURES / "ct_mxfp4_w4a4.json"),
-                       "--platform", platform, "--json")
-    rows = json.loads(out)
-    assert code == 0 and len(rows) == 3
-    assert len({tuple(r) for r in rows}) == 1  # the same keys, in the same order, every row
-    assert {"path", "targets", "scheme", "kernel", "native", "fallback", "candidates",
-            "error", "status", "note", "weight", "activation"} <= set(rows[0])
-    first = rows[0]
-    assert first["scheme"] == "w_mxfp4_a_mxfp4" and first["status"] == "mapped"
-    assert first["kernel"] == resolve(load_schemes().get("w_mxfp4_a_mxfp4"), platform).kernel
-    assert first["activation"] == "mxfp4:e8m0/b32:even:dynamic" and first["platform"] == platform
-    assert [r["status"] for r in rows[1:]] == ["not quantized"] * 2
-    assert all(r["kernel"] is None and r["candidates"] == [] for r in rows[1:])
-
-
-def test_cli_broken_group_exit_1(capsys):
-    path = str(FIXTURES / "broken_quark_dtype_fp5.json")
-    code, out, _ = run(capsys, "resolve", "--from-config", path, "--platform", "cpu")
-    assert code == 1
-    row = next(line for line in out.splitlines() if line.startswith(f'{LAYER}["*.mlp.experts'))
-    assert "NO MATCH" in row and "ERROR" in row
-    errors = [line for line in out.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and 'weight.dtype: "fp5"' in errors[0]
-    code, out, _ = run(capsys, "resolve", "--from-config", path, "--platform", "cpu", "--json")
-    rows = json.loads(out)
-    assert code == 1 and [r["status"] for r in rows[:4]] == ["mapped", "mapped", "unmapped",
-                                                             "mapped"]
-    assert rows[2]["error"].endswith("differs in weight format: fp5 here (weight.dtype: "
-                                     "\"fp5\"), mxfp4 in the scheme")
-
-
-def test_cli_strict_disable_force_like_plain_resolve(capsys):
-    path = str(FIXTURES / "quark_w_mxfp6_e3m2_a_mxfp6_e3m2.json")
-    plain = run(capsys, "resolve", "w_mxfp6_e3m2_a_mxfp6_e3m2", "--platform", "cuda:sm100",
-                "--json")
-    code, out, _ = run(capsys, "resolve", "--from-config", path, "--platform", "cuda:sm100",
-                       "--json")
-    assert json.loads(out)[0]["kernel"] == json.loads(plain[1])["kernel"]
-    assert json.loads(out)[0]["fallback"] == json.loads(plain[1])["fallback"] is True
-    code, out, _ = run(capsys, "resolve", "--from-config", path, "--platform", "cuda:sm100",
-                       "--strict")
-    error = next(line for line in out.splitlines() if line.startswith("error: "))
-    assert code == 1 and "strict mode" in error
-    line = next(i for i, text in enumerate(open(path), 1) if '"global_quant_config"' in text)
-    assert error.startswith(f"error: {display_path(path)}:{line}: {GLOBAL}: ")
-    mx4 = str(FIXTURES / "quark_mxfp4_w4a4.json")
-    off = ("--platform", "cuda:sm90", "--disable", "triton-dot-scaled", "--json")
-    plain = json.loads(run(capsys, "resolve", "w_mxfp4_a_mxfp4", *off)[1])
-    code, out, _ = run(capsys, "resolve", "--from-config", mx4, *off)
-    assert code == 0 and json.loads(out)[0]["kernel"] == plain["kernel"] != "triton-dot-scaled"
-    assert json.loads(out)[0]["candidates"] == plain["candidates"]
-    code, out, _ = run(capsys, "resolve", "--from-config", mx4, "--platform", "cpu",
-                       "--force", "dequant-weight-only", "--json")
-    rows = json.loads(out)
-    assert code == 1 and rows[0]["kernel"] is None and "weight-only" in rows[0]["error"]
-
-
-def test_cli_default_platform(capsys):
-    code, out, _ = run(capsys, "resolve", "--from-config", str(FIXTURES / "ct_mxfp4a16.json"))
-    assert code == 0 and "(detected)" in out
-
-
-@pytest.mark.parametrize("argv,code,needle", [
-    (["resolve", "mxfp4", "--from-config", "x.json"], 2, "--from-config PATH takes the schemes"),
-    (["resolve", "--all", "--from-config", "x.json"], 2, "drop NAME|ALIAS / --all"),
-    (["resolve", "--from-config", str(FIXTURES / "broken_not_json.json")], 2, "not JSON"),
-    (["resolve", "--from-config", str(FIXTURES / "missing.json")], 2, "no such file"),
-    (["resolve", "--from-config", str(FIXTURES / "broken_no_quantization_config.json")], 1,
-     "no quantization_config"),
-    (["resolve", "--from-config", str(FIXTURES / "broken_unsupported_producer.json"), "--json"],
-     1, '"gptq" is not supported'),
-    (["resolve", "--from-config", str(FIXTURES / "ct_mxfp4a16.json"), "--force", "fast"], 2,
-     "unknown kernel 'fast'"),
-])
-def test_cli_usage_and_unreadable(capsys, argv, code, needle):
-    got, out, err = run(capsys, *argv)
-    assert got == code and needle in err and len(err.strip().splitlines()) == 1 and out == ""

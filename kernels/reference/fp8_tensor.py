@@ -10,6 +10,16 @@ FP8_E4M3_MAX = 448.0
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def check_values(t: object, what: str, dtypes: tuple, fix: str) -> None:
+    """ValueError (one line) unless `t` is a tensor of one of `dtypes` holding values (not meta)."""
+    if not isinstance(t, Tensor) or t.dtype not in dtypes:
+        got = t.dtype if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(f"{what} has dtype {got}; {fix}")
+    if t.device.type == "meta":
+        raise ValueError(f"{what} is on the meta device (shapes only, no values); materialize "
+                         "it first (real values on a cpu / cuda device)")
+
+
 def fp8_tensor_qdq(x: Tensor, scale: Tensor) -> Tensor:
     """x / scale, saturated to +-448, rounded to E4M3 (RNE), times scale; x's dtype.
 
@@ -18,13 +28,8 @@ def fp8_tensor_qdq(x: Tensor, scale: Tensor) -> Tensor:
     finite, > 0) when it is a number or a CPU tensor; a scale already on a GPU is trusted to have
     passed `check_act_scale` at preparation (reading it back would sync every call).
     """
-    if not isinstance(x, Tensor) or x.dtype not in _X_DTYPES:
-        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"fp8_tensor_qdq: x has dtype {got}; pass float32, bfloat16 or float16 "
-                         "activations (cast first, e.g. x.float())")
-    if x.device.type == "meta":
-        raise ValueError("fp8_tensor_qdq: x is on the meta device (shapes only, no values); "
-                         "materialize it first")
+    check_values(x, "fp8_tensor_qdq: x", _X_DTYPES,
+                 "pass float32, bfloat16 or float16 activations (cast first, e.g. x.float())")
     if not isinstance(scale, Tensor) or scale.device.type in ("cpu", "meta"):
         scale = check_act_scale(scale)
     elif scale.numel() != 1 or not scale.is_floating_point():
