@@ -460,7 +460,9 @@ def test_bad_inputs_get_one_line_errors() -> None:
                    weights)
     one_line_error(ValueError, "float routing weights", layer.forward_routed, x, ids,
                    ids)
+    bad = ids.clone()
+    bad[0, 0] = 5  # routing is random: pin the out-of-range id the message must name
     one_line_error(ValueError, r"hold expert 5, outside \[0, 3\]", layer.forward_routed, x,
-                   ids + 2, weights)
+                   bad, weights)
     one_line_error(ValueError, "must be \\[5, top_k\\]", layer.forward_routed, x, ids[:3],
                    weights)
