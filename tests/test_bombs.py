@@ -19,9 +19,10 @@ from registry.hf_config import ConfigError, schemes_from_config
 from registry.json_lines import MAX_BYTES, MAX_DEPTH
 from registry.loader import read_scheme_file
 
+from hf_config_fixtures import FIXTURES
+
 REPO = Path(__file__).resolve().parent.parent
 SCHEME = (REPO / "schemes" / "w_mxfp4_a_mxfp4.yaml").read_text()
-FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 SECONDS = 5.0
 SHORT = 300  # characters in one message
 MEGA = 1_000_000
