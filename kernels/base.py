@@ -73,9 +73,11 @@ class LinearKernel:
                 why = (f"it is weight-only and would ignore the activation key "
                        f"{contract.activation}")
             else:
-                why = "the contract is outside its declared families (registry matrix)"
-            raise ValueError(f"kernel {self.name} does not implement {contract}: {why}; resolve "
-                             "the scheme (registry.resolve) to pick a kernel that does")
+                why = "the contract is outside its declared families"
+            runs = "; ".join(f.note for f in self.decl.accepts)
+            raise ValueError(f"kernel {self.name} does not implement {contract}: {why} (it "
+                             f"runs: {runs}); resolve the scheme (registry.resolve) to pick a "
+                             "kernel that does")
         wkey = contract.weight
         if isinstance(weight, MXTensor):
             if weight.fmt != wkey.format or weight.rounding != wkey.scale.rounding:

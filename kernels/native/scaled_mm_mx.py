@@ -47,7 +47,6 @@ from kernels.base import LinearKernel, PreparedWeight
 from kernels.formats import BLOCK
 from kernels.mx import mx_quantize
 from kernels.reference.linear import check_bias, check_input
-from registry.contract import SchemeContract
 
 if not (hasattr(torch, "float8_e8m0fnu") and hasattr(torch, "float4_e2m1fn_x2")):
     raise ImportError(
@@ -179,16 +178,8 @@ class ScaledMMMXLinear(LinearKernel):
     name = "scaled-mm-mx"
     weight_layout = None  # each format's default: packed mxfp4, unpacked mxfp8 (OPERAND_DTYPES)
 
-    def _check_contract(self, contract: SchemeContract) -> None:
-        if self.decl.implements(contract):
-            return
-        notes = "; ".join(f.note for f in self.decl.accepts)
-        raise ValueError(f"{self.name} does not implement {contract} (it runs: {notes}); "
-                         "run `registry resolve <scheme>` to pick a kernel that does")
-
     def finish_prepare(self, prepared: PreparedWeight) -> None:
         """Cache the weight as cuBLAS's column-major mat2 and its swizzled scales (once)."""
-        self._check_contract(prepared.contract)
         weight = prepared.weight
         dtype, layout = OPERAND_DTYPES[weight.fmt]
         if weight.layout != layout:

@@ -50,7 +50,7 @@ from kernels.triton.mx_codec import (
     _nan_like, _pow2, _store_fp32,
 )
 from kernels.triton.mx_quant import _load_codes
-from registry.contract import QuantKey, SchemeContract
+from registry.contract import QuantKey
 from registry.platform import Platform
 
 NAME = "triton-dot-scaled"
@@ -193,14 +193,6 @@ def _pack_fp4(codes: Tensor) -> Tensor:
     return (codes[:, 0::2] & 0xF) | ((codes[:, 1::2] & 0xF) << 4)
 
 
-def _check_contract(contract: SchemeContract) -> None:
-    if not KERNELS_BY_NAME[NAME].implements(contract):
-        fmts = "/".join(DOT_FORMAT)
-        raise ValueError(f"{NAME} does not implement {contract}: it takes static {fmts} weights "
-                         f"with activation none or a dynamic {fmts} key (kernels/declarations.py);"
-                         " resolve the scheme to another kernel")
-
-
 class DotScaledLinear(LinearKernel):
     """MX linear on `tl.dot_scaled` (see the module docstring for the numerics)."""
 
@@ -208,7 +200,6 @@ class DotScaledLinear(LinearKernel):
     weight_layout = None  # the formats' defaults: mxfp4 packed, mxfp8 one code a byte
 
     def finish_prepare(self, prepared: PreparedWeight) -> None:
-        _check_contract(prepared.contract)
         w = prepared.weight
         data = _pack_fp4(w.data) if w.fmt == "mxfp4" and w.layout == "unpacked" else w.data
         scales = w.scales.contiguous()

@@ -148,10 +148,6 @@ class FP8MMALinear(LinearKernel):
     name = "triton-fp8-mma"
 
     def finish_prepare(self, prepared: PreparedWeight) -> None:
-        if not self.decl.implements(prepared.contract):
-            raise ValueError(f"{_NAME} does not implement {prepared.contract}: it runs MXFP8 "
-                             "weights x dynamic MXFP8 activations only; run `registry resolve "
-                             "<scheme>` to pick a kernel that does")
         prepared.cache[_CACHE_KEY] = _weight_operands(prepared)
 
     def apply(self, x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None) -> Tensor:
