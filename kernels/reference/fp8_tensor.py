@@ -6,6 +6,8 @@ import numbers
 import torch
 from torch import Tensor
 
+from kernels.mx import check_device
+
 FP8_E4M3_MAX = 448.0
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -15,9 +17,7 @@ def check_values(t: object, what: str, dtypes: tuple, fix: str) -> None:
     if not isinstance(t, Tensor) or t.dtype not in dtypes:
         got = t.dtype if isinstance(t, Tensor) else type(t).__name__
         raise ValueError(f"{what} has dtype {got}; {fix}")
-    if t.device.type == "meta":
-        raise ValueError(f"{what} is on the meta device (shapes only, no values); materialize "
-                         "it first (real values on a cpu / cuda device)")
+    check_device(t.device, what)
 
 
 def fp8_tensor_qdq(x: Tensor, scale: Tensor) -> Tensor:
@@ -50,9 +50,7 @@ def check_act_scale(scale: object) -> Tensor:
         if scale.dtype == torch.bool or scale.is_complex():
             raise ValueError(f"activation scale has dtype {scale.dtype}; pass a real float scale "
                              "(the checkpoint's input_scale, float32)")
-        if scale.device.type == "meta":
-            raise ValueError("activation scale is on the meta device (no value); load the "
-                             "checkpoint's input_scale first")
+        check_device(scale.device, "activation scale")
         t = scale.detach().to(torch.float32)
     elif isinstance(scale, numbers.Real) and not isinstance(scale, bool):
         t = torch.tensor(float(scale), dtype=torch.float32)

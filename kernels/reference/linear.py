@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
-from kernels.mx import mx_dequantize
+from kernels.mx import check_device, mx_dequantize
 
 
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -21,9 +21,7 @@ def check_input(x: Tensor, prepared: PreparedWeight, kernel: str) -> None:
     if x.dtype not in _X_DTYPES:
         raise ValueError(f"{kernel}: input dtype {x.dtype} is not float32, bfloat16 or float16; "
                          "cast x first (e.g. x.float())")
-    if x.device.type == "meta":
-        raise ValueError(f"{kernel}: input is on the meta device (shapes only, no values); pass "
-                         "a materialized tensor")
+    check_device(x.device, f"{kernel}: input")
     if x.device != prepared.weight.data.device:
         raise ValueError(f"{kernel}: input on {x.device} but weight on "
                          f"{prepared.weight.data.device}; move them to one device")

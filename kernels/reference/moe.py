@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernels import dispatch
-from kernels.mx import MXTensor, mx_dequantize
+from kernels.mx import MXTensor, check_device, mx_dequantize
 from registry.contract import QuantKey
 
 _WHERE = "kernels.reference.moe"
@@ -85,9 +85,7 @@ def check_routing(topk_ids: Tensor, topk_weights: Tensor, tokens: int, num_exper
         raise ValueError(f"{_WHERE}: top_k={topk_ids.shape[1]} must be in [1, {num_experts}] "
                          "(the number of experts)")
     for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
-        if t.device.type == "meta":
-            raise ValueError(f"{_WHERE}: {name} is on the meta device (no values); pass real "
-                             "routing tensors")
+        check_device(t.device, f"{_WHERE}: {name}")
     if check_range and topk_ids.numel():
         lo, hi = int(topk_ids.min()), int(topk_ids.max())
         if lo < 0 or hi >= num_experts:

@@ -97,10 +97,6 @@ def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Ten
     return "tiled"
 
 
-def _check_bias(bias: Tensor | None, n: int, device: torch.device) -> None:
-    check_bias(bias, n, device, _NAME)
-
-
 def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None, *,
                  out_dtype: torch.dtype | None = None, strategy: str | None = None,
                  config: object = None) -> Tensor:
@@ -124,7 +120,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     if k > 1 and x2d.stride(1) != 1:
         x2d = x2d.contiguous()
     m = x2d.shape[0]
-    _check_bias(bias, n, x.device)
+    check_bias(bias, n, x.device, _NAME)
     if m == 0:
         return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
     bits = prepared.weight.elem_format.bits
