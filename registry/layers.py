@@ -167,7 +167,7 @@ class MXLinear(nn.Module):
                 f"registry.plan_quantization(model, scheme, platform='{platform_of(platform)}') "
                 "for a what-if report"
             )
-        self.resolution: Resolution = self._resolve(here)
+        self.resolution: Resolution = self._resolve(here, act_dtype)
         log_resolution(self.resolution, self.layer_name)
         self.kernel: LinearKernel = load_kernel(self.resolution.kernel)
         prepared = self.kernel.prepare(weight, self.scheme.contract, act_scale=act_scale,
@@ -227,10 +227,10 @@ class MXLinear(nn.Module):
 
     # -- resolution and preparation -------------------------------------------------------------
 
-    def _resolve(self, platform: Platform) -> Resolution:
+    def _resolve(self, platform: Platform, act_dtype: Optional[torch.dtype]) -> Resolution:
         return resolve(self.scheme, platform, strict=self.strict, disabled=self.disabled,
                        shape=(self.out_features, self.in_features),
-                       act_dtype=_dtype_name(self.act_dtype))
+                       act_dtype=_dtype_name(act_dtype))
 
     def refresh(self) -> None:
         """Prepare the kernel's weight again from the current buffers (after editing them)."""
@@ -251,10 +251,7 @@ class MXLinear(nn.Module):
         platform = platform_for_device(probe.device)
         changed = platform != self.platform or act_dtype != self.act_dtype
         if changed:
-            resolution = resolve(self.scheme, platform, strict=self.strict,
-                                 disabled=self.disabled,
-                                 shape=(self.out_features, self.in_features),
-                                 act_dtype=_dtype_name(act_dtype))
+            resolution = self._resolve(platform, act_dtype)
         kept = {k: self._buffers[k] for k in ("weight", "weight_scale", "input_scale")
                 if self._buffers.get(k) is not None}
         super()._apply(fn, recurse)

@@ -226,7 +226,7 @@ def resolve(
             native_listed_before = True
 
     deviations = _deviations(order, plat, contract, shape, act_dtype, chosen, force, fallback,
-                             results, sources, disabled)
+                             results, sources, off, disabled)
     res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), tuple(results), off,
                      deviations)
     if chosen is None:
@@ -245,7 +245,7 @@ def resolve(
 
 def _deviations(order, plat: Platform, contract: SchemeContract, shape, act_dtype,
                 chosen: Optional[str], force: Optional[str], fallback: bool,
-                results: list[Candidate], sources: dict[str, str],
+                results: list[Candidate], sources: dict[str, str], off: tuple[str, ...],
                 disabled: Iterable[str]) -> tuple[Deviation, ...]:
     """What made `chosen` differ from the kernel the platform's plain order would pick."""
     if chosen is None:
@@ -258,9 +258,12 @@ def _deviations(order, plat: Platform, contract: SchemeContract, shape, act_dtyp
         why = "; ".join(f"{c.kernel}: {c.reason}" for c in results if c.native and not c.accepted)
         out.append(Deviation("fallback", f"{chosen} (emulated) runs because the native kernels "
                                          f"listed first cannot: {why}"))
-    plain = next((d.name for d in order
+    # The plain order's choice differs only if a kernel listed before `chosen` was refused for
+    # being disabled and passes every other step: re-check just those.
+    before = [d for d in order[:[d.name for d in order].index(chosen)] if d.name in off]
+    plain = next((d.name for d in before
                   if _steps(d, plat, contract, (), shape, act_dtype)[0]), None)
-    if not force and plain is not None and plain != chosen:
+    if not force and plain is not None:
         via = "disabled=/--disable" if plain in set(disabled) else ENV_DISABLED
         out.append(Deviation("disabled", f"{plain} would run but is disabled ({via}); "
                                          f"{chosen} runs instead"))
