@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
 from registry.catalog import Catalog
-from registry.platform import Platform
+from registry.platform import Platform, driver_version
 from registry.probe import MATCH_TOL
 from registry.timing import (  # noqa: F401  (median_ms / graph_ms: the scripts' one rule)
     _copies_needed, _is_cuda, copy_bandwidth, graph_ms, median_ms,
@@ -362,16 +362,7 @@ def environment(device, plat: Platform, copy_tbs: float, command: str | None) ->
         props = torch.cuda.get_device_properties(torch.device(device))
         env["device"] = props.name
         env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
-        env["driver"] = _driver_version()
+        env["driver"] = driver_version()
     return env
 
 
-def _driver_version() -> Optional[str]:
-    import subprocess
-
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
-        return out.strip().splitlines()[0] if out.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None

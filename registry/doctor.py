@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from registry.catalog import Catalog
-from registry.platform import Platform, detect
+from registry.platform import Platform, detect, driver_version
 from registry.probe import (
     ENV_CACHE_DIR, read_record, record_path, runtime_versions, stale_versions,
 )
@@ -149,9 +149,7 @@ def _gpu_facts(env: dict[str, Any]) -> None:
         if torch.cuda.is_available():
             env["gpu"] = torch.cuda.get_device_name(0)
             if env["cuda"]:
-                from registry.bench import _driver_version
-
-                env["driver"] = _driver_version()
+                env["driver"] = driver_version()
             return
         if hasattr(torch, "xpu") and torch.xpu.is_available():
             env["gpu"] = torch.xpu.get_device_name(0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 KNOWN_PLATFORMS: tuple[str, ...] = (
     "cpu",
@@ -118,3 +119,15 @@ def platform_of(value: "str | Platform | None") -> Platform:
     if isinstance(value, Platform):
         return value
     return Platform.parse(value)
+
+
+def driver_version() -> Optional[str]:
+    """The NVIDIA driver version from nvidia-smi, or None where there is none to ask."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+        return out.strip().splitlines()[0] if out.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None

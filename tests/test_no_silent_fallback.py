@@ -155,7 +155,7 @@ ALLOWED = {
     ("registry/bench.py", "_run_task"): REPORTED + ": a FAIL / ERROR row, never timed",
     ("registry/bench.py", "_time_both"): REPORTED + ": the row's error",
     ("registry/bench.py", "environment"): "an absent optional module is recorded as absent",
-    ("registry/bench.py", "_driver_version"): "the driver version is reported as unknown",
+    ("registry/platform.py", "driver_version"): "the driver version is reported as unknown",
     ("registry/bench.py", "plan_bench"): REPORTED + ": a skipped row with the reason",
     ("registry/cli.py", "main"): "usage errors, --help and closed pipes end the command",
     ("registry/cli.py", "_tolerant_output"): "an output stream without reconfigure stays as is",

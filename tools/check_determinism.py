@@ -59,6 +59,7 @@ from determinism_cases import (  # noqa: F401
     special_blocks,
     static_scale,
 )
+from registry.platform import driver_version  # noqa: E402
 
 
 def run_checks(plan: Plan, sections: Sequence[str], max_seconds: float,
@@ -127,12 +128,7 @@ def environment(device: str, command: str) -> dict:
         props = torch.cuda.get_device_properties(0)
         env.update(device=props.name, sm_count=props.multi_processor_count,
                    capability=".".join(map(str, torch.cuda.get_device_capability(0))))
-        try:
-            env["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
-        except (OSError, IndexError, subprocess.SubprocessError):
-            pass
+        env["driver"] = driver_version()
     return env
 
 
