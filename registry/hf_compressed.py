@@ -154,7 +154,7 @@ def _read_group(b: SpecBuilder, args: Mapping, elem: Optional[str], sdt: Any,
 def _target_problem(targets: Any) -> Optional[str]:
     if not isinstance(targets, list) or not targets or \
             not all(isinstance(t, str) for t in targets):
-        return (f"targets: {dump(targets)[:60]} must be a non-empty list of class names, "
+        return (f"targets: {dump(targets)} must be a non-empty list of class names, "
                 "module names or re: patterns")
     for t in targets:
         bad = regex_problem(t)
