@@ -13,12 +13,14 @@ import dataclasses
 import os
 import platform as pyplatform
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from registry.catalog import Catalog
 from registry.platform import Platform, detect, driver_version
 from registry.probe import (
-    ENV_CACHE_DIR, read_record, record_path, runtime_versions, stale_versions,
+    ENV_CACHE_DIR, VERSION_KEYS, interpreted_here, read_record, record_path, runtime_versions,
+    stale_versions,
 )
 
 #: The settings that change what the registry does, shown with their values.
@@ -172,11 +174,6 @@ def disabled_names() -> list[str]:
     return list(env_disabled())
 
 
-def _interpreted(name: str, plat: Platform) -> bool:
-    return (plat.vendor == "cpu" and name.startswith("triton-")
-            and os.environ.get("TRITON_INTERPRET") == "1")
-
-
 def _why_not_loaded(name: str, torch_ok: bool) -> Optional[str]:
     """None when the kernel's implementation loads, else one short reason."""
     if not torch_ok:
@@ -212,13 +209,13 @@ def kernel_facts(plat: Platform, torch_ok: bool, record: Optional[dict[str, Any]
         d = entry.decl
         if problems:
             runs, reason = False, "refused: a kernel plugin is broken (see problems)"
-        elif not d.runs_on(plat) and not _interpreted(d.name, plat):
+        elif not d.runs_on(plat) and not interpreted_here(d.name, plat):
             runs, reason = False, f"does not run on {plat} (runs on {', '.join(d.platforms)})"
         else:
             why = _why_not_loaded(d.name, torch_ok)
             runs = why is None
             reason = why or ("in the Triton interpreter (TRITON_INTERPRET=1)"
-                             if _interpreted(d.name, plat) else "")
+                             if interpreted_here(d.name, plat) else "")
         mine = [p for p in pairs if p.get("kernel") == d.name]
         probed = None
         if mine:
@@ -231,9 +228,10 @@ def kernel_facts(plat: Platform, torch_ok: bool, record: Optional[dict[str, Any]
     return rows, problems
 
 
-def record_facts(plat: Platform, kernels: list[str]) -> ProbeRecordFacts:
-    path = record_path(plat)
-    record, problem = read_record(plat, path)
+def record_facts(path: Path, record: Optional[dict[str, Any]], problem: Optional[str],
+                 kernels: list[str], now: dict[str, Any]) -> ProbeRecordFacts:
+    """The record as doctor shows it: its pairs of `kernels`, and how its versions differ
+    from `now`'s."""
     if record is None:
         return ProbeRecordFacts(str(path), False, problem=problem)
     pairs = [p for p in record["pairs"] if p["kernel"] in kernels]
@@ -241,7 +239,7 @@ def record_facts(plat: Platform, kernels: list[str]) -> ProbeRecordFacts:
               for p in pairs if not p["ok"]]
     return ProbeRecordFacts(
         str(path), True, record.get("date"), len(pairs) - len(failed), len(pairs),
-        dict(record["versions"]), stale_versions(record, runtime_versions()),
+        dict(record["versions"]), stale_versions(record, now),
         record.get("triton_interpret"), failed)
 
 
@@ -254,10 +252,12 @@ def gather(catalog: Optional[Catalog] = None) -> DoctorReport:
     plat, how = detect_platform()
     env = environment_facts(plat, how)
     torch_ok = env["torch_error"] is None
-    record, _ = read_record(plat)
+    path = record_path(plat)
+    record, record_problem = read_record(plat, path)
     kernels, plugin_problems = kernel_facts(plat, torch_ok, record)
     problems = list(plugin_problems)
-    rec = record_facts(plat, [k.name for k in kernels])
+    rec = record_facts(path, record, record_problem, [k.name for k in kernels],
+                       {k: env[k] for k in VERSION_KEYS})
     warnings: list[str] = []
     if not torch_ok:
         problems.append(f"torch does not import ({env['torch_error']}): {TORCH_MISSING}")

@@ -52,10 +52,15 @@ def runnable_here(plat: Platform) -> list[str]:
     from kernels.kernel_table import candidates_for, kernel_decls
 
     names = [d.name for d in candidates_for(plat)]
-    if plat.vendor == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
-        names += [d.name for d in kernel_decls()
-                  if d.name.startswith("triton-") and d.name not in names]
+    names += [d.name for d in kernel_decls()
+              if interpreted_here(d.name, plat) and d.name not in names]
     return names
+
+
+def interpreted_here(kernel: str, plat: Platform) -> bool:
+    """A Triton kernel on the CPU under TRITON_INTERPRET=1: it runs, in the interpreter."""
+    return (plat.vendor == "cpu" and kernel.startswith("triton-")
+            and os.environ.get("TRITON_INTERPRET") == "1")
 
 
 def _inputs(device, seed: int):
