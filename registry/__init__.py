@@ -26,6 +26,8 @@ _EXPORTS = {
     "Finding": "registry.errors",
     "SchemeLoadError": "registry.errors",
     "UnknownSchemeError": "registry.errors",
+    "AmbiguousSchemeError": "registry.errors",
+    "BrokenSchemeError": "registry.errors",
     "Catalog": "registry.catalog",
     "load_schemes": "registry.catalog",
     "json_schema": "registry.schema",

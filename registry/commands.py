@@ -11,13 +11,17 @@ from registry.cli import Command, UsageError, print_findings, print_json, regist
 from registry.contract import QuantKey, Scheme
 from registry.errors import Finding, UnknownSchemeError, display_path
 from registry.lint import run_lint
-from registry.loader import SchemeDir, read_scheme_file, scheme_dirs
+from registry.loader import SchemeDir, read_dir, read_scheme_file, scheme_dirs
 from registry.schema import json_schema
 
 
 def catalog_of(args: argparse.Namespace) -> Catalog:
-    """The shipped schemes plus --schemes / $REGISTRY_SCHEMES_PATH (every subcommand's view)."""
-    return load_files(scheme_dirs(args.schemes))
+    """The shipped schemes plus --schemes / $REGISTRY_SCHEMES_PATH (every subcommand's view).
+    Every finding (a missing directory, a broken file, a clash) is said here, once, one line
+    each on stderr, so no command can work on a partial catalog without saying so."""
+    catalog = load_files(scheme_dirs(args.schemes))
+    print_findings(catalog.findings, sys.stderr)
+    return catalog
 
 
 def _origin(catalog: Catalog, scheme: Scheme) -> str:
@@ -74,9 +78,9 @@ def _list(args: argparse.Namespace) -> int:
                  for s in schemes]
         print(table(rows))
         if any(d.origin != "shipped" for d in catalog.dirs):
-            print("\nscheme directories, in load order (the first definition of a name wins):")
+            print("\nscheme directories, in load order (the first definition of a name keeps "
+                  "it; a second one is an error):")
             print(table([[f"  {d.origin}", display_path(d.path)] for d in catalog.dirs]))
-        print_findings(catalog.findings, sys.stderr)
     return 1 if catalog.errors else 0
 
 
@@ -98,7 +102,6 @@ def _show(args: argparse.Namespace) -> int:
     try:
         scheme = catalog.get(args.name)
     except UnknownSchemeError as e:
-        print_findings(catalog.findings, sys.stderr)
         raise UsageError(f"registry show: error: {e}") from None
     data = scheme_dict(catalog, scheme)
     if args.json:
@@ -124,7 +127,6 @@ def _show(args: argparse.Namespace) -> int:
                 "-" if value is None else str(value)
             rows.append([f"    {field}", shown, f"line {line}" if line else "(implied)"])
         print(table(rows))
-    print_findings(catalog.findings, sys.stderr)
     return 0
 
 
@@ -147,9 +149,24 @@ def _lint_args(p: argparse.ArgumentParser) -> None:
                    help="with --probe: do not record the results for `registry doctor`")
 
 
-def _in_scope(f: Finding, files: set[Path], dirs: set[Path], shown: set[str]) -> bool:
-    p = Path(f.path).resolve()
-    if p in files or p in dirs or p.parent in dirs:
+def _lint_scope(dirs: list[Path], files: list[Path]) -> tuple[set[Path], set[Path]]:
+    """The files and directories `registry lint PATH...` checks: each directory's files as the
+    loader lists them (read_dir), a symlink to a file elsewhere included, as resolved paths."""
+    scope = {f.resolve() for f in files}
+    for d in dirs:
+        scope |= {p.resolve() for p in read_dir(SchemeDir(d, "argument"))[0]}
+    return scope, {d.resolve() for d in dirs}
+
+
+def _in_scope(path: str, files: set[Path], dirs: set[Path]) -> bool:
+    """Is `path` (as the loader shows it, not resolved) a file or directory in scope, or an
+    entry of a directory in scope (a *.yml warning, a symlink's own name)?"""
+    p = Path(path)
+    return p.resolve() in files or p.resolve() in dirs or p.parent.resolve() in dirs
+
+
+def _finding_in_scope(f: Finding, files: set[Path], dirs: set[Path], shown: set[str]) -> bool:
+    if _in_scope(f.path, files, dirs):
         return True
     return any(f" {s}:" in f.message for s in shown)  # a clash naming a file in scope
 
@@ -169,11 +186,10 @@ def _lint(args: argparse.Namespace) -> int:
         dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
         files = [Path(p) for p in args.paths if not Path(p).is_dir()]
         catalog = load_files(configured + [SchemeDir(d, "argument") for d in dirs], files)
-        rdirs = {d.resolve() for d in dirs}
-        rfiles = {f.resolve() for f in files}
-        checked = [f for f in catalog.files
-                   if Path(f).resolve() in rfiles or Path(f).resolve().parent in rdirs]
-        findings = [f for f in run_lint(catalog) if _in_scope(f, rfiles, rdirs, set(checked))]
+        rfiles, rdirs = _lint_scope(dirs, files)
+        checked = [f for f in catalog.files if _in_scope(f, rfiles, rdirs)]
+        findings = [f for f in run_lint(catalog)
+                    if _finding_in_scope(f, rfiles, rdirs, set(checked))]
     probed, recorded = None, None
     if args.probe:
         from registry.probe import probe_findings, run_probe
@@ -267,7 +283,10 @@ def _report(findings: list[Finding], checked: list[str], as_json: bool,
 
 def _schema_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", nargs="+", metavar="FILE",
-                   help="validate these scheme files instead (output and exit code as lint)")
+                   help="check these scheme files instead, with every lint check (same "
+                        "findings, output and exit code as `registry lint FILE...`) except "
+                        "name / alias clashes with the scheme directories, which only "
+                        "`registry lint` sees")
     p.add_argument("--json", action="store_true", help="with --check: print JSON as lint does")
 
 
@@ -278,14 +297,14 @@ def _schema(args: argparse.Namespace) -> int:
                              "itself is always JSON)")
         print_json(json_schema())
         return 0
-    findings: list[Finding] = []
     for name in args.check:
         path = Path(name)
         if not path.is_file():
             what = "a directory (use `registry lint DIR`)" if path.is_dir() else "not a file"
             raise UsageError(f"registry schema: error: {name} is {what}")
-        findings += read_scheme_file(path)[1]
-    return _report(findings, [display_path(p) for p in args.check], args.json)
+    # lint's own checks on a catalog of these files alone: no second rule set to drift apart
+    catalog = load_files([], args.check)
+    return _report(run_lint(catalog), catalog.files, args.json)
 
 
 register(Command("list", "list every scheme: name, weight key, activation key, source",

@@ -203,9 +203,7 @@ def _run(args: argparse.Namespace) -> int:
         raise _fail(f"--out and --plot name the same file {args.out}; give two files")
     if args.plot:
         require_matplotlib()
-    device = gpu_device()
-    for f in catalog.errors:
-        print(f"warning: {f} (scheme not benchmarked)", file=sys.stderr)
+    device = gpu_device()  # catalog_of has said every scheme-file problem on stderr
 
     progress = ProgressLine(sys.stderr, quiet=args.quiet)
     try:

@@ -11,6 +11,7 @@ equal `kernels.formats.FORMATS` plus `fp8_e4m3`).
 """
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args
 
@@ -35,6 +36,29 @@ Problems = list[tuple[str, str]]  # (field relative to a QuantKey in YAML terms,
 
 def _choices(values: tuple[str, ...]) -> str:
     return ", ".join(values)
+
+
+def suggestions(text: str, choices: tuple[str, ...]) -> list[str]:
+    """The choices a mistyped `text` may mean, case-insensitively: the exact match alone, else
+    else every choice it begins (`mxfp6` -> mxfp6_e2m3, mxfp6_e3m2), else the close spellings."""
+    want = text.strip().lower()
+    if not want:
+        return []
+    lower = {c.lower(): c for c in choices}
+    if want in lower:
+        return [lower[want]]
+    begun = [c for c in choices if c.lower().startswith(want)]
+    close = difflib.get_close_matches(want, list(lower), n=len(choices), cutoff=0.6)
+    return begun or [lower[c] for c in close]
+
+
+def did_you_mean(text: Any, choices: tuple[str, ...]) -> str:
+    """` (did you mean a or b?)` for a mistyped string, else ''."""
+    found = suggestions(text, choices) if isinstance(text, str) else []
+    if not found:
+        return ""
+    listed = found[0] if len(found) == 1 else f"{', '.join(found[:-1])} or {found[-1]}"
+    return f" (did you mean {listed}?)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +252,8 @@ class QuantKey(BaseModel):
                              f"got {type(text).__name__}")
         fmt, sep, rest = text.partition(":")
         if fmt not in ELEMENT_FORMATS:
-            raise ValueError(f"bad quant key {text!r}: unknown element format {fmt!r}; "
+            raise ValueError(f"bad quant key {text!r}: unknown element format {fmt!r}"
+                             f"{did_you_mean(fmt, ELEMENT_FORMATS)}; "
                              f"valid formats: {_choices(ELEMENT_FORMATS)}")
         if not sep:
             raise ValueError(f"bad quant key {text!r}: missing the scale after {fmt!r}, "

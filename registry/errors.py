@@ -15,8 +15,9 @@ Severity = Literal["error", "warning"]
 
 @dataclass(frozen=True, order=True)
 class Finding:
-    """One problem: where (`path`, 1-based `line`, None for a whole directory), how bad, which
-    dotted `field` (empty when the problem is the file itself) and what to do about it."""
+    """One problem: where (`path`, 1-based `line`, None for a whole directory or a file's
+    name), how bad, which dotted `field` (empty when the problem is the file itself) and what
+    to do about it."""
 
     path: str
     line: int | None
@@ -66,7 +67,8 @@ class SchemeLoadError(Exception):
 
 
 class UnknownSchemeError(KeyError):
-    """No scheme has this name or alias; the message lists the close matches."""
+    """The name or alias does not name one loaded scheme; the message says why (unknown: the
+    close matches; the subclasses below: the files involved)."""
 
     def __init__(self, name: str, message: str):
         super().__init__(name)
@@ -75,3 +77,11 @@ class UnknownSchemeError(KeyError):
 
     def __str__(self) -> str:  # KeyError would print the repr of its argument
         return self.message
+
+
+class AmbiguousSchemeError(UnknownSchemeError):
+    """The name or alias is defined in more than one file; the message names each."""
+
+
+class BrokenSchemeError(UnknownSchemeError):
+    """The file that defines the name or alias has errors; the message names it and the first."""

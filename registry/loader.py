@@ -9,13 +9,14 @@ import importlib.resources
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 from registry.contract import (
     ELEMENT_FORMATS, SCALE_FORMATS, QuantKey, ScaleDesc, Scheme, SchemeContract,
     activation_problems, key_problems, scale_defaults, scale_problems,
 )
 from registry.errors import Finding, display_path, error, warning
+from registry.names import Claim
 from registry.schema import (
     ScaleSpec, SchemeFile, TensorSpec, check_file, describe, field_ok, is_valid_name,
 )
@@ -30,17 +31,54 @@ ROLES = ("weight", "activation")
 # One file
 # ---------------------------------------------------------------------------------------------
 
+class FileRead(NamedTuple):
+    """One file read: its scheme (None when it has errors), every finding about it, and the
+    names and aliases it claims when it has errors (so a look-up of them names this file)."""
+
+    scheme: Scheme | None
+    findings: list[Finding]
+    claims: list[Claim]
+
+
 def read_scheme_file(path: Path, source_dir: Path | None = None
                      ) -> tuple[Scheme | None, list[Finding]]:
     """The scheme in `path` (None when it has errors) and every finding about it."""
+    scheme, findings, _ = read_scheme(path, source_dir)
+    return scheme, findings
+
+
+def read_scheme(path: Path, source_dir: Path | None = None) -> FileRead:
+    """As read_scheme_file, plus the tokens a file with errors claims."""
+    scheme, findings, data, lines = _read_scheme(path, source_dir)
+    claims = [] if scheme is not None else _broken_claims(path, data, lines)
+    return FileRead(scheme, findings, claims)
+
+
+def _broken_claims(path: Path, data: object, lines: dict) -> list[Claim]:
+    """A file that did not load still claims its stem, its `name` and its aliases."""
+    shown = display_path(path)
+    name = data.get("name") if isinstance(data, dict) else None
+    owner = name if is_valid_name(name) else path.stem
+    out = [Claim(path.stem, "name", shown, line_of(lines, ("name",)), owner)]
+    if is_valid_name(name) and name != path.stem:
+        out.append(Claim(name, "name", shown, line_of(lines, ("name",)), owner))
+    aliases = data.get("aliases") if isinstance(data, dict) else None
+    for i, alias in enumerate(aliases if isinstance(aliases, list) else []):
+        if is_valid_name(alias):
+            out.append(Claim(alias, "alias", shown, line_of(lines, ("aliases", i)), owner))
+    return out
+
+
+def _read_scheme(path: Path, source_dir: Path | None
+                 ) -> tuple[Scheme | None, list[Finding], object, dict]:
     shown = display_path(path)
     text, problem = _read_text(path)
     if problem is not None:
-        return None, [error(shown, problem[0], "", problem[1])]
+        return None, [error(shown, problem[0], "", problem[1])], None, {}
     try:
         parsed = parse_yaml(text)
     except YamlProblem as p:
-        return None, [error(shown, p.line, "", p.message)]
+        return None, [error(shown, p.line, "", p.message)], None, {}
     findings = [error(shown, line, field, msg) for line, field, msg in parsed.problems]
     lines = parsed.lines
 
@@ -52,18 +90,19 @@ def read_scheme_file(path: Path, source_dir: Path | None = None
         findings.append(error(shown, lines[()], "",
                               "the top level must be a mapping with the keys "
                               f"{', '.join(SchemeFile.model_fields)}; got {describe(data)}"))
-        return None, findings
+        return None, findings, data, lines
     model, problems = check_file(data)
     findings += [at(p, m) for p, m in problems]
     findings += [at(p, m) for p, m in _rule_problems(data)]
     findings += [at(p, m) for p, m in _name_problems(data, path)]
     if any(f.is_error for f in findings) or model is None:
-        return None, sorted(findings, key=lambda f: (f.line or 0, f.field))
+        return None, sorted(findings, key=lambda f: (f.line or 0, f.field)), data, lines
     try:
         scheme = _make_scheme(model, path, source_dir or path.parent, lines)
     except ValueError as e:  # the contract refused what the file checks let through
-        return None, findings + [error(shown, 1, "", f"internal error, please report: {e}")]
-    return scheme, findings
+        return None, findings + [error(shown, 1, "", f"internal error, please report: {e}")], \
+            data, lines
+    return scheme, findings, data, lines
 
 
 def _read_text(path: Path) -> tuple[str, None] | tuple[None, tuple[int, str]]:
@@ -216,5 +255,11 @@ def read_dir(d: SchemeDir) -> tuple[list[Path], list[Finding]]:
     files = [p for p in entries if p.suffix == ".yaml"]
     findings = [warning(display_path(p), None, "", f"not loaded: scheme files end in .yaml; "
                                                    f"rename it to {p.stem}.yaml")
-                for p in entries if p.suffix == ".yml"]
+                for p in entries if misnamed(p)]
     return files, findings
+
+
+def misnamed(path: Path) -> bool:
+    """A file that looks meant as a scheme file (.yml, .YAML, .json...) but that the loader,
+    which reads only `*.yaml`, skips."""
+    return path.suffix != ".yaml" and path.suffix.lower() in (".yaml", ".yml", ".json")

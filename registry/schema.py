@@ -2,7 +2,9 @@
 translation of pydantic's errors into messages that name the fix.
 
 The file models check shape and spelling (keys, types, choices); the MX rules that tie fields
-together live in `registry.contract` and are applied by the loader afterwards.
+together live in `registry.contract` and are applied by the loader afterwards. The exported
+JSON Schema (`json_schema`) carries those rules too (registry.schema_rules), for validators that
+see only the schema.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pydantic import (
 
 from registry.contract import (
     ELEMENT_FORMATS, GRANULARITIES, MX_BLOCK, ROUNDINGS, SCALE_FORMATS,
-    ElementFormat, Granularity, Rounding, ScaleFormat,
+    ElementFormat, Granularity, Rounding, ScaleFormat, did_you_mean,
 )
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_]*$"
@@ -91,9 +93,38 @@ def is_valid_name(value: Any) -> bool:
         re.fullmatch(NAME_PATTERN[1:-1], value) is not None
 
 
+# A summary with something printed, and no line break once its ends are stripped.
+SUMMARY_PATTERN = r"^\s*\S(?:[^\n]*\S)?\s*$"
+
+
 def json_schema() -> dict:
-    """The JSON Schema (draft 2020-12) of a scheme file, for editors and CI."""
+    """The JSON Schema (draft 2020-12) of a scheme file, for editors and CI: the file models'
+    shapes plus every lint rule on one file that JSON Schema can express (registry.schema_rules),
+    so that a file it accepts passes `registry lint` too."""
+    from registry.lint import SUMMARY_WARN_LEN  # lint imports the loader, which imports us
+    from registry.schema_rules import lint_keys, role_rules, scale_rules, tensor_rules
+
     schema = SchemeFile.model_json_schema()
+    defs, props = schema["$defs"], schema["properties"]
+    defs["ScaleSpec"]["allOf"] = scale_rules()
+    defs["TensorSpec"]["allOf"] = tensor_rules()
+    weights, activations = lint_keys()
+    for role, keys in (("weight", weights), ("activation", activations)):
+        defs[f"{role.title()}Key"] = {
+            "title": role, "description": f"`{role}:`, holding a key that lint accepts",
+            "allOf": [{"$ref": "#/$defs/TensorSpec"}, *role_rules(keys, role)]}
+    props["weight"] = {"$ref": "#/$defs/WeightKey"}
+    # if / then / else, not oneOf: a validator then names the field at fault, not the branch
+    activation = props["activation"]
+    del activation["oneOf"]
+    activation.update({"if": {"type": "string"},
+                       "then": {"const": "none"} if None in activations else False,
+                       "else": {"$ref": "#/$defs/ActivationKey"}})
+    props["summary"].update(
+        pattern=SUMMARY_PATTERN, maxLength=SUMMARY_WARN_LEN,
+        description=f"one line saying what the scheme is (lint warns above {SUMMARY_WARN_LEN} "
+                    "characters)")
+    props["aliases"]["uniqueItems"] = True
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://ocp-mx-registry/scheme.schema.json", **schema}
 
@@ -186,7 +217,8 @@ def _message(kind: str, path: tuple, value: Any, ctx: dict, default: str) -> str
     if kind == "literal_error" and (parent, field) in _CHOICES:
         what, whats, valid = _CHOICES[(parent, field)]
         if isinstance(value, str):
-            return f"unknown {what} {describe(value)}; valid {whats}: {', '.join(valid)}"
+            return (f"unknown {what} {describe(value)}{did_you_mean(value, valid)}; "
+                    f"valid {whats}: {', '.join(valid)}")
         return f"must be one of {', '.join(valid)}; got {describe(value)}"
     if kind in ("model_type", "model_attributes_type", "dict_type") and own is not None:
         return f"must be a mapping with keys {_fields(own)}; got {describe(value)}"

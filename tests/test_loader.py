@@ -10,7 +10,7 @@ import pytest
 
 from registry import LINT_CHECKS, Catalog, Finding, QuantKey, load_schemes, run_lint
 from registry.catalog import load_files
-from registry.errors import SchemeLoadError, UnknownSchemeError, warning
+from registry.errors import AmbiguousSchemeError, SchemeLoadError, UnknownSchemeError, warning
 from registry.loader import ENV_VAR, SchemeDir, read_scheme_file, scheme_dirs, shipped_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -163,8 +163,8 @@ BROKEN_EXPECTED = {
         "1: error: activation: missing; weight-only schemes must say `activation: none`",
         "8: error: activations: unknown key 'activations' (did you mean 'activation'?); valid "
         "keys here: name, summary, aliases, weight, activation"],
-    "unknown_format.yaml": ["5: error: weight.format: unknown element format 'mxfp5'; valid "
-                            "formats: mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, mxfp8_e5m2, "
+    "unknown_format.yaml": ["5: error: weight.format: unknown element format 'mxfp5' (did you "
+                            "mean mxfp4 or mxfp8_e5m2?); valid formats: mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, mxfp8_e5m2, "
                             "mxint8, fp8_e4m3"],
     "unknown_key.yaml": ["13: error: activation.scale.rounding_mode: unknown key 'rounding_mode' "
                          "(did you mean 'rounding'?); valid keys here: format, granularity, "
@@ -259,7 +259,7 @@ def test_name_clash_across_dirs_names_both_files(tmp_path, monkeypatch):
     _write(tmp_path / "c", "theirs", aliases=["w_mxfp6_e2m3", "mine2"])  # alias = a shipped name
     _write(tmp_path / "d", "mine2")  # name = an alias of an earlier scheme
     catalog = load_schemes([tmp_path / x for x in "abcd"], env={})
-    shipped_file = catalog.get("w_mxfp4").source
+    shipped_file = catalog.schemes["w_mxfp4"].source
     assert [str(f) for f in catalog.findings] == [
         f"a/w_mxfp4.yaml:1: error: name: scheme name 'w_mxfp4' is already defined in "
         f"{shipped_file}:1; names must be unique across all scheme directories",
@@ -268,16 +268,22 @@ def test_name_clash_across_dirs_names_both_files(tmp_path, monkeypatch):
         "unique",
         f"c/theirs.yaml:3: error: aliases.0: alias 'w_mxfp6_e2m3' is the name of the scheme in "
         f"{shipped_file.parent}/w_mxfp6_e2m3.yaml:1; pick another alias",
-        "c/theirs.yaml:3: error: aliases.1: alias 'mine2' is the name of the scheme in "
-        "d/mine2.yaml:1; pick another alias",
+        # load order decides: c's alias came first, so the finding goes on d (issue 12)
+        "d/mine2.yaml:1: error: name: scheme name 'mine2' is already an alias of 'theirs' "
+        "(c/theirs.yaml:3); names and aliases share one namespace: rename this scheme and its "
+        "file",
     ]
-    assert catalog.get("w_mxfp4").source == shipped_file  # the first definition wins
-    assert catalog.get("mxfp4").name == "w_mxfp4_a_mxfp4"
+    assert catalog.schemes["w_mxfp4"].source == shipped_file  # the first definition keeps it
+    assert catalog.aliases["mxfp4"] == "w_mxfp4_a_mxfp4"
+    assert not {"mine", "theirs", "mine2"} & set(catalog.schemes)  # files with errors
+    for token in ("w_mxfp4", "mxfp4", "w_mxfp6_e2m3", "mine2"):  # but never silently
+        with pytest.raises(AmbiguousSchemeError):
+            catalog.get(token)
+    assert catalog.get("w_mxfp4_a_mxfp4").name == "w_mxfp4_a_mxfp4"
     with pytest.raises(SchemeLoadError) as info:
         catalog.raise_for_errors()
     assert len(info.value.findings) == 4
-    assert [f.field for f in run_lint(catalog)] == ["name", "aliases.0", "aliases.0",
-                                                    "aliases.1"]
+    assert [f.field for f in run_lint(catalog)] == ["name", "aliases.0", "aliases.0", "name"]
 
 
 def test_yml_files_are_reported_not_skipped(tmp_path):
