@@ -21,7 +21,8 @@ import re
 from typing import Any, Mapping, Optional
 
 from registry.hf_reading import (ConfigReading, GroupReading, SpecBuilder, SpecReading, dump,
-                                 excluded_modules, field_path, key_path, lookup, regex_problem)
+                                 excluded_modules, field_path, integral, key_path, lookup,
+                                 regex_problem)
 from registry.json_lines import JsonPath
 
 E8M0_SCALE_DTYPES = ("torch.uint8", "uint8", "torch.float8_e8m0fnu", "float8_e8m0fnu")
@@ -60,7 +61,9 @@ def read_args(args: Any, role: str, prefix: str, storage: Optional[str],
                   "scale.rounding", "static"):
             b.fact(k, None, prefix)
         return b.build()
-    size, strategy = args.get("group_size"), args.get("strategy")
+    raw_size, raw_bits = args.get("group_size"), args.get("num_bits")  # as written
+    size, bits = integral(raw_size), integral(raw_bits)  # 32.0 is 32 (hf_reading.integral)
+    strategy = args.get("strategy")
     strat_src = b.said("strategy", strategy)
     if strategy is None:
         strategy = "group" if size is not None else "tensor"
@@ -74,23 +77,23 @@ def read_args(args: Any, role: str, prefix: str, storage: Optional[str],
         b.problem("strategy", strategy, text)
     b.fact("scale.granularity", gran or strategy, strat_src)
 
-    kind, bits = args.get("type"), args.get("num_bits")
+    kind = args.get("type")
     elem = lookup(ELEMENTS, (kind, bits))
     if elem is None:
-        b.problem("num_bits", bits, f"with type {dump(kind)} has no registry element format "
-                  "(float 4 -> fp4, float 8 -> fp8 e4m3, int 8 -> int8)")
+        b.problem("num_bits", raw_bits, f"with type {dump(kind)} has no registry element "
+                  "format (float 4 -> fp4, float 8 -> fp8 e4m3, int 8 -> int8)")
     sdt = args.get("scale_dtype")
     if gran == "block":
-        _read_group(b, args, elem, sdt, storage)
+        _read_group(b, args, size, elem, sdt, storage)
     elif gran is None:  # already reported: record the rest as written
-        b.fact("scale.block", size, b.said("group_size", size))
+        b.fact("scale.block", size, b.said("group_size", raw_size))
         b.fact("scale.format", sdt, b.said("scale_dtype", sdt))
-        b.fact("format", elem or bits, b.said("num_bits", bits))
+        b.fact("format", elem or bits, b.said("num_bits", raw_bits))
         b.fact("scale.rounding", None, b.said("strategy", strategy))
     else:
         if size is not None:
-            b.problem("group_size", size, f"is set but strategy is {dump(strategy)}")
-        b.fact("scale.block", size, b.said("group_size", size))
+            b.problem("group_size", raw_size, f"is set but strategy is {dump(strategy)}")
+        b.fact("scale.block", size, b.said("group_size", raw_size))
         if sdt not in FP32_SCALE_DTYPES:
             b.problem("scale_dtype", sdt, f"with strategy {dump(strategy)}: per-tensor and "
                       "per-token scales are fp32")
@@ -98,9 +101,10 @@ def read_args(args: Any, role: str, prefix: str, storage: Optional[str],
                b.said("scale_dtype", sdt))
         fmt = "fp8_e4m3" if elem == "fp8" else None
         if elem is not None and fmt is None:
-            b.problem("num_bits", bits, f"with type {dump(kind)} and strategy {dump(strategy)} "
-                      "has no registry format; the non-MX format is fp8 e4m3 (float, 8 bits)")
-        b.fact("format", fmt or elem or bits, b.said("num_bits", bits))
+            b.problem("num_bits", raw_bits, f"with type {dump(kind)} and strategy "
+                      f"{dump(strategy)} has no registry format; the non-MX format is "
+                      "fp8 e4m3 (float, 8 bits)")
+        b.fact("format", fmt or elem or bits, b.said("num_bits", raw_bits))
         b.fact("scale.rounding", None, "(no rounding: fp32 scales)")
 
     dyn = args.get("dynamic", False)
@@ -111,24 +115,29 @@ def read_args(args: Any, role: str, prefix: str, storage: Optional[str],
     elif not isinstance(dyn, bool):
         b.problem("dynamic", dyn, "must be true or false")
     b.fact("static", (not dyn) if isinstance(dyn, bool) else dyn, src)
-    if args.get("symmetric") is False:
+    sym = args.get("symmetric", True)
+    if sym is False:
         b.problem("symmetric", False, "(a zero point) but registry keys are symmetric")
-    if args.get("actorder") in ("group", "dynamic"):
-        b.problem("actorder", args.get("actorder"), "(groups permuted through g_idx) has no "
-                  "registry key")
+    elif sym is not True:
+        b.problem("symmetric", sym, "must be true or false")
+    order = args.get("actorder")  # compressed-tensors reads true as "group", false as null
+    if order is True or order in ("group", "dynamic"):
+        b.problem("actorder", order, "(groups permuted through g_idx) has no registry key")
+    elif not (order is None or order is False or order in ("weight", "static")):
+        b.problem("actorder", order, "is not a compressed-tensors actorder (null, weight, "
+                  "static, group, dynamic)")
     if args.get("block_structure") is not None:
         b.problem("block_structure", args.get("block_structure"), "(2-D block scales) has no "
                   "registry key")
     return b.build()
 
 
-def _read_group(b: SpecBuilder, args: Mapping, elem: Optional[str], sdt: Any,
+def _read_group(b: SpecBuilder, args: Mapping, size: Any, elem: Optional[str], sdt: Any,
                 storage: Optional[str]) -> None:
-    size = args.get("group_size")
     if size != 32 or isinstance(size, bool):
-        b.problem("group_size", size, "but OCP MX blocks are 32 elements (one e8m0 scale "
-                  "per 32)")
-    b.fact("scale.block", size, b.said("group_size", size))
+        b.problem("group_size", args.get("group_size"), "but OCP MX blocks are 32 elements "
+                  "(one e8m0 scale per 32)")
+    b.fact("scale.block", size, b.said("group_size", args.get("group_size")))
     mx_storage = isinstance(storage, str) and storage.startswith("mxfp")
     e8m0 = sdt in E8M0_SCALE_DTYPES or (sdt is None and mx_storage)
     if not e8m0:
@@ -137,7 +146,8 @@ def _read_group(b: SpecBuilder, args: Mapping, elem: Optional[str], sdt: Any,
     src = b.said("scale_dtype", sdt) + (f" (format {storage})" if sdt is None else "")
     b.fact("scale.format", "e8m0" if e8m0 else sdt, src)
     fmt = MX_FORMATS.get(elem) if elem else None
-    b.fact("format", fmt or elem or args.get("num_bits"), b.said("num_bits", args.get("num_bits")))
+    bits = args.get("num_bits")
+    b.fact("format", fmt or elem or integral(bits), b.said("num_bits", bits))
     rounding: Any = "even" if fmt == "mxfp4" else None
     if fmt == "mxfp8_e4m3":
         rounding = "even at E2M1 width"

@@ -7,7 +7,10 @@ catalog scheme whose *contract equals* the group's (names are never compared, so
 schemes count). A group that maps to nothing gets one line naming the file, the group's JSON
 path, the producer field that did not fit, and the nearest scheme (fewest differing key
 fields) with what differs. Excluded / ignored modules and parts no scheme covers (KV cache,
-algorithms) are listed, never dropped.
+algorithms) are listed, never dropped. A JSON number with an integral value reads as that
+integer (`"group_size": 32.0` is 32, as both producers read it; `hf_reading.integral`); text
+("32") and booleans never do. A target two compressed-tensors groups share is an error, and so
+is a module two groups claim alike (`registry.hf_claims`).
 
 Every message about a file reads `FILE:LINE: <json path>: message`, LINE being the line of the
 offending value in config.json (or of its nearest parent present); a dict given instead of a
@@ -27,14 +30,16 @@ Nothing here imports torch.
 """
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from registry.catalog import Catalog, load_schemes
 from registry.contract import QuantKey, Scheme, SchemeContract, _plain, activation_problems
 from registry.errors import display_path
+from registry.hf_claims import ClaimError, decide, shared_targets
 from registry.hf_compressed import read_compressed
 from registry.hf_compressed import target_rank as compressed_rank
 from registry.hf_quark import read_quark
@@ -82,6 +87,7 @@ class ConfigGroup:
     error: Optional[str] = None
     note: Optional[str] = None
     line: Optional[int] = None  # the line of the group (of the error's value when unmapped)
+    target_lines: tuple[Optional[int], ...] = ()  # the line of each target, as `targets`
 
     @property
     def where(self) -> str:
@@ -105,9 +111,13 @@ class ConfigGroup:
             return None
         if self.kind == "global":
             return 3
-        target_rank = quark_rank if self.producer == "quark" else compressed_rank
-        ranks = [target_rank(self.kind, t, name, type_name) for t in self.targets]
+        ranks = [self.target_rank(t, name, type_name) for t in self.targets]
         return min((r for r in ranks if r is not None), default=None)
+
+    def target_rank(self, target: str, name: str, type_name: str = "Linear") -> Optional[int]:
+        """How specifically one of this entry's targets claims module `name` (as match_rank)."""
+        rank_of = quark_rank if self.producer == "quark" else compressed_rank
+        return rank_of(self.kind, target, name, type_name)
 
     def to_dict(self) -> dict[str, Any]:
         c = self.contract
@@ -124,13 +134,10 @@ class ConfigGroup:
 def group_for_module(groups: Iterable[ConfigGroup], name: str,
                      type_name: str = "Linear") -> Optional[ConfigGroup]:
     """The entry that decides module `name` (class `type_name`): an exclude / ignore entry
-    first, then the most specific group (first in config order on a tie); None if none."""
-    best: Optional[tuple[int, int, ConfigGroup]] = None
-    for i, g in enumerate(groups):
-        r = g.match_rank(name, type_name)
-        if r is not None and (best is None or (r, i) < best[:2]):
-            best = (r, i, g)
-    return best[2] if best else None
+    first, then the most specific group (first in config order on a tie); None if none.
+    ClaimError (a ValueError) when two compressed-tensors config groups claim it alike
+    (`registry.hf_claims`)."""
+    return decide(groups, name, type_name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,9 +217,19 @@ def _show(key_field: str, value: Any) -> str:
         return "static" if value else "dynamic"
     if value is None:
         return "none"
-    if isinstance(value, str):
-        return value if len(value) <= 60 and value.isprintable() else dump(value)
-    return str(value) if isinstance(value, (int, float)) else dump(value)
+    if isinstance(value, str) and len(value) <= 60 and value.isprintable() \
+            and not _reads_as_json(value):
+        return value
+    return dump(value)  # JSON spelling: true, 32.5, "32" (never 32 for the text "32")
+
+
+def _reads_as_json(text: str) -> bool:
+    """Whether bare `text` would read as a JSON value (32, true, null): then it is quoted."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -267,18 +284,20 @@ def _describe(diffs: list[Difference], shown: int = 3) -> str:
 
 def _contract_of(weight: SpecReading, act: Optional[SpecReading]) -> tuple[
         Optional[SchemeContract], list[Problem]]:
-    """The contract, or the problems (naming producer fields) that keep it from forming."""
+    """The contract, or the problems (naming producer fields) that keep it from forming.
+    `keys` stays aligned with (weight, act): a spec whose key cannot form counts as None, so
+    an odd value no producer check caught becomes a problem here, never an IndexError."""
     problems: list[Problem] = []
-    keys = []
+    keys: list[Optional[QuantKey]] = []
     for spec in (weight, act):
-        if spec is None:
-            keys.append(None)
-            continue
-        try:
-            keys.append(spec.key())
-        except ValueError as e:
-            problems.append((spec.loc, f"{spec.field}: does not form a {spec.role} key: "
-                                       f"{_plain(e)}"))
+        key = None
+        if spec is not None:
+            try:
+                key = spec.key()
+            except ValueError as e:
+                problems.append((spec.loc, f"{spec.field}: does not form a valid "
+                                           f"{spec.role} key: {_plain(e)}"))
+        keys.append(key)
     if act is not None and keys[1] is not None:
         for _f, text in activation_problems(keys[1].scale.format, keys[1].static):
             problems.append((act.loc + (_STATIC_FIELD.get(act.field, act.field),),
@@ -296,7 +315,9 @@ def map_group(g: GroupReading, catalog: Catalog, src: ConfigSource, producer: st
     """A group read by a producer, with its scheme or a one-line error at the line of the
     first offending value."""
     base = dict(source=src.shown, producer=producer, path=g.path, kind=g.kind,
-                targets=g.targets)
+                targets=g.targets, target_lines=tuple(
+                    src.line(g.loc + ("targets", i) if g.kind == "config group" else g.loc)
+                    for i in range(len(g.targets))))
     if g.note is not None:
         return ConfigGroup(**base, note=g.note, line=src.line(g.loc))
     problems = list(g.problems)
@@ -346,15 +367,18 @@ def schemes_from_config(path_or_dict: Union[str, os.PathLike, Mapping[str, Any]]
     read as a Quark or compressed-tensors config. `catalog`: default `load_schemes()`."""
     catalog = catalog if catalog is not None else load_schemes()
     src, reading = read_config(path_or_dict)
+    readings = list(reading.groups)  # a target two config groups share: an error (hf_claims)
+    for i, clash in shared_targets(reading, src.line).items():
+        readings[i] = replace(readings[i], problems=(clash,) + readings[i].problems)
     absent = {"quark": ("weight: null", "input_tensors: null"),
               "compressed-tensors": ("weights: null", "input_activations: null")}
     memo: dict = {}
     return [map_group(g, catalog, src, reading.producer, absent[reading.producer], memo)
-            for g in reading.groups]
+            for g in readings]
 
 
-__all__ = ["ConfigError", "ConfigGroup", "KEY_FIELDS", "group_for_module", "nearest_scheme",
-           "read_config", "schemes_from_config",
+__all__ = ["ClaimError", "ConfigError", "ConfigGroup", "KEY_FIELDS", "group_for_module",
+           "nearest_scheme", "read_config", "schemes_from_config",
            # re-exported from registry.hf_reading
            "ConfigReading", "Fact", "GroupReading", "Problem", "SpecBuilder", "SpecReading",
            "dump", "field_path", "key_path", "lookup", "regex_problem"]

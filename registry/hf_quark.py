@@ -28,7 +28,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from registry.hf_reading import (ConfigReading, GroupReading, SpecBuilder, SpecReading, dump,
-                                 excluded_modules, field_path, key_path, lookup)
+                                 excluded_modules, field_path, integral, key_path, lookup)
 from registry.json_lines import JsonPath, one_line
 
 MX_DTYPES = {"fp4": "mxfp4", "fp6_e2m3": "mxfp6_e2m3", "fp6_e3m2": "mxfp6_e3m2",
@@ -112,18 +112,20 @@ def read_spec(spec: Any, role: str, prefix: str, loc: JsonPath = ()) -> Optional
 
 def _read_block(b: SpecBuilder, spec: Mapping, dtype: Any, dsub: str, sfmt: Any) -> None:
     if spec.get("qscheme") == "per_block":  # Quark's MXFP8 spelling: block_size [1, 32]
-        shape = spec.get("block_size")
-        size = 32 if shape == [1, 32] else shape
+        shape = spec.get("block_size")  # [1.0, 32.0] is [1, 32]; [true, 32] is not
+        dims = [integral(d) for d in shape] if isinstance(shape, list) else None
+        size = 32 if dims == [1, 32] and all(type(d) is int for d in dims) else shape
         if size != 32:
             b.problem("block_size", shape, "but an OCP MX scale covers a 1 x 32 block "
                       "(block_size [1, 32]); larger 2-D blocks share one scale across rows")
         b.fact("scale.block", size, b.said("block_size", shape))
     else:
-        size = spec.get("group_size")
+        raw = spec.get("group_size")
+        size = integral(raw)  # 32.0 is 32 (hf_reading.integral)
         if size != 32 or isinstance(size, bool):
-            b.problem("group_size", size, "but OCP MX blocks are 32 elements (one e8m0 "
+            b.problem("group_size", raw, "but OCP MX blocks are 32 elements (one e8m0 "
                       "scale per 32)")
-        b.fact("scale.block", size, b.said("group_size", size))
+        b.fact("scale.block", size, b.said("group_size", raw))
     if sfmt != "e8m0":
         b.problem("scale_format", sfmt, "but OCP MX scales are e8m0 (write "
                   "scale_format: \"e8m0\")")
@@ -176,8 +178,11 @@ def _read_per_tensor(b: SpecBuilder, spec: Mapping, dtype: Any, dsub: str, sfmt:
 
 
 def _read_extras(b: SpecBuilder, spec: Mapping, gran: Any) -> None:
-    if spec.get("symmetric") is False:
+    sym = spec.get("symmetric")
+    if sym is False:
         b.problem("symmetric", False, "(a zero point) but registry keys are symmetric")
+    elif sym is not None and sym is not True:
+        b.problem("symmetric", sym, "must be true, false or null")
     if spec.get("round_method") not in (None, "half_even"):
         b.problem("round_method", spec.get("round_method"), "but registry elements round to "
                   "nearest, ties to even (round_method: \"half_even\")")

@@ -49,6 +49,18 @@ def lookup(table: Mapping, value: Any) -> Any:
     return None
 
 
+def integral(value: Any) -> Any:
+    """A JSON number with an integral value as an int (`32.0` -> 32), anything else unchanged.
+
+    Why: JSON has one number type, and both producers' readers take 32.0 as 32 (compressed-
+    tensors' pydantic int fields in lax mode, vLLM's Quark `== 32` checks), so the registry
+    does too. Only numbers: `true`, `"32"`, 32.5 stay as written and are reported by the
+    producer's checks (a QuantKey field never receives a float)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def regex_problem(pattern: str) -> Optional[str]:
     """Why a `re:` target / ignore / exclude pattern cannot be used (matching modules against
     it later would raise), or None."""
@@ -191,4 +203,4 @@ def excluded_modules(q: Mapping[str, Any], root: str, loc: JsonPath, field: str,
 
 __all__ = ["KEY_FIELDS", "ConfigError", "ConfigReading", "Fact", "GroupReading", "Problem",
            "SpecBuilder", "SpecReading", "dump", "exclude_entry", "excluded_modules",
-           "field_path", "key_path", "lookup", "regex_problem"]
+           "field_path", "integral", "key_path", "lookup", "regex_problem"]

@@ -6,7 +6,9 @@ this applies it. Each nn.Linear is decided by the config entry that claims it un
 producer's own rules (`hf_config.group_for_module`: exclude / ignore first, then the most
 specific group): mapped -> that registry scheme; excluded -> left in float, listed in the
 report's notes; an entry that maps to no scheme -> one error naming the layer, the entry's JSON
-path and the field that did not match. Nothing is replaced unless every layer could be built.
+path and the field that did not match; a layer two compressed-tensors config groups claim alike
+-> one error naming both groups' lines (`registry.hf_claims`). Nothing is replaced unless every
+layer could be built.
 """
 from __future__ import annotations
 
