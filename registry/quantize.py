@@ -7,8 +7,11 @@ A target entry that matches no layer, and a class-name target naming a module th
 nn.Linear, are errors; an ignore entry that matches nothing is a note in the report.
 
 A targeted layer that cannot be quantized (in_features not a multiple of 32, no kernel, a
-fallback under `strict`) is an error naming the layer, unless `ignore` names it. Nothing is
-replaced until every layer has been built, so an error leaves the model as it was.
+fallback under `strict`) is an error naming the layer, unless `ignore` names it. A targeted
+layer that is already an MXLinear is left unchanged when it has the requested scheme (its row
+and a note say so) and is an error naming it and both schemes otherwise: its float weights are
+gone, and the old scheme must not stay while the report says the new one. Nothing is replaced
+until every layer has been built, so an error leaves the model as it was.
 
 `platform=None` resolves each layer for the platform of its own device; a named platform must
 be that platform (layers run where their tensors are). `plan_quantization` answers the same
@@ -137,10 +140,6 @@ def _decide(model: nn.Module, scheme: SchemeSpec, targets: Any, ignore: Any,
                                (tgt, ign) + ((keys,) if keys else ()))
             continue
         layer = layers[id(m)] = _Layer([name], m)
-        if isinstance(m, MXLinear):
-            tgt.first(name, m)
-            layer.reason = "already an MXLinear; left unchanged"
-            continue
         if tgt.first(name, m) is None:
             layer.reason = f"not matched by targets ({', '.join(tgt.items)})"
             continue
@@ -155,6 +154,9 @@ def _decide(model: nn.Module, scheme: SchemeSpec, targets: Any, ignore: Any,
                 layer.reason = "matched by no key of the scheme mapping"
                 continue
             chosen = by_key[key]
+        if isinstance(m, MXLinear):
+            layer.reason = _already(name, m, chosen)
+            continue
         if m.in_features % MX_BLOCK:
             shape_problems.append(f"{name} (in_features {m.in_features})")
             continue
@@ -171,7 +173,26 @@ def _decide(model: nn.Module, scheme: SchemeSpec, targets: Any, ignore: Any,
             raise ValueError(f"{patterns.what} entry {patterns.unused()[0]!r} matches no linear "
                              f"layer; layer names look like {_example(layers)!r}")
     notes = [f"ignore entry {p!r} matched no targeted layer" for p in ign.unused()]
+    same = [lay.names[0] for lay in layers.values() if lay.reason.startswith(_ALREADY)]
+    if same:
+        notes.append(f"{len(same)} layer(s) were already quantized with the requested scheme "
+                     f"and were left unchanged ({', '.join(same[:3])}{', ...' * (len(same) > 3)})")
     return list(layers.values()), notes
+
+
+_ALREADY = "already quantized with"
+
+
+def _already(name: str, layer: MXLinear, wanted: Scheme) -> str:
+    """The reason row of a targeted layer already quantized with `wanted`; an error for any
+    other scheme (its float weights are gone: quantizing the codes again would compound the
+    rounding and silently keep, or lose, the old contract)."""
+    have = layer.scheme
+    if have.name == wanted.name and have.contract == wanted.contract:
+        return f"{_ALREADY} {wanted.name}; left unchanged"
+    raise ValueError(f"layer {name} is already quantized with {have.name} ({have.contract}); "
+                     f"{wanted.name} was requested: quantize the float model instead, or add "
+                     f"{name!r} to ignore=[...] to keep it as it is")
 
 
 def _example(layers: dict[int, _Layer]) -> str:
@@ -194,6 +215,8 @@ def _row(name: str, layer: _Layer, res: Optional[Resolution] = None) -> LayerRow
     if isinstance(m, MXLinear):  # quantized now (reason: its kernel's), or before this call
         res = m.resolution
         reason = layer.reason or (res.chosen.reason if res.chosen else "")
+        if layer.scheme is None and not reason.startswith(_ALREADY):  # not requested this call
+            reason = f"{reason}; {_ALREADY} {m.scheme_name}, left unchanged"
         return LayerRow(name, m.in_features, m.out_features, m.scheme_name, res.kernel,
                         res.platform, res.fallback, True, reason, _deviations(res))
     if res is None:

@@ -227,7 +227,7 @@ TAMPER_CASES = {
     "codes-shape": (dict(tensors={"0.weight": torch.zeros(32, 16, dtype=U8)}),
                     ["(32, 16)", "(32, 32)"]),
     "scales-shape": (dict(tensors={"0.weight_scale": torch.zeros(32, 3, dtype=U8)}),
-                     ["MXTensor.scales", "(32, 3)", "(32, 2)"]),
+                     ["'0.weight_scale'", "(32, 3)", "(32, 2)"]),
     "scales-e8m0": (dict(tensors={"0.weight_scale": torch.zeros(32, 2, dtype=U8).view(
         torch.float8_e8m0fnu)}), ["0.weight_scale", "float8_e8m0fnu", "uint8"]),
     "bias-int": (dict(tensors={"0.bias": torch.zeros(32, dtype=torch.int32)}),

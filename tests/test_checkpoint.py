@@ -1,6 +1,7 @@
 """save_quantized / load_quantized: bit-exact round trips for every scheme, one-line errors."""
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -75,10 +76,12 @@ def test_round_trip_is_bit_exact_for_every_scheme(name, tmp_path):
     assert meta["source"] == "toy block"
     entry = json.loads(meta["registry.layers"])["mlp.0"]
     scheme = CATALOG.get(name)
-    assert entry == {"scheme": name, "weight": str(scheme.weight),
-                     "activation": None if scheme.activation is None else str(scheme.activation),
+    act = None if scheme.activation is None else str(scheme.activation)
+    printed = f"W={scheme.weight} A={act or 'none'}"  # the documented digest input
+    assert entry == {"scheme": name, "weight": str(scheme.weight), "activation": act,
                      "format": scheme.weight.format, "rounding": scheme.weight.scale.rounding,
-                     "layout": model.mlp[0].weight_layout, "shape": [128, 64], "bias": True}
+                     "layout": model.mlp[0].weight_layout, "shape": [128, 64], "bias": True,
+                     "contract_digest": hashlib.sha256(printed.encode()).hexdigest()[:16]}
     assert tensors["mlp.0.weight"].dtype == tensors["mlp.0.weight_scale"].dtype == torch.uint8
     assert ("mlp.0.input_scale" in tensors) == is_static(scheme)
     assert tensors["lm_head.weight"].dtype == torch.float32  # the ignored layer stays float
@@ -137,7 +140,8 @@ def saved(tmp_path):
     (dict(add={"mlp.0.weight": torch.zeros(128, 32, dtype=torch.int8)}),
      r"tensor 'mlp\.0\.weight' is torch\.int8, expected torch\.uint8"),
     (dict(add={"mlp.0.weight": torch.zeros(128, 16, dtype=torch.uint8)}),
-     r"layer mlp\.0: MXTensor\.data has shape \(128, 16\)"),
+     r"bad\.safetensors: layer mlp\.0: tensor 'mlp\.0\.weight' \(element codes\) has shape "
+     r"\(128, 16\), but a \[128, 64\] weight in mxfp4 packed layout needs \(128, 32\)"),
     (dict(layer_meta={"mlp.2": {"scheme": "w_mxfp4_a_fp"}}), r"layer mlp\.2: .*did you mean"),
     (dict(layer_meta={"mlp.2": {"format": "mxfp6_e3m2"}}),
      r"layer mlp\.2: the file's format 'mxfp6_e3m2' differs from scheme w_mxfp4_a_fp8"),
@@ -147,7 +151,8 @@ def saved(tmp_path):
     (dict(layer_meta={"mlp.2": {"bias": False}}),
      r"layer mlp\.2: the file has no bias but the model's layer has one"),
     (dict(meta={"registry.format_version": str(FORMAT_VERSION + 1)}),
-     r"format version 2 is newer than this registry reads \(1\)"),
+     rf"format version {FORMAT_VERSION + 1} is newer than this registry reads "
+     rf"\({FORMAT_VERSION}\)"),
 ])
 def test_mismatches_are_one_line_errors_and_change_nothing(saved, tmp_path, edit, message):
     bad = rewrite(saved, tmp_path / "bad.safetensors", **edit)
