@@ -43,9 +43,9 @@ from typing import Any, Optional, Sequence
 from kernels.declarations import KERNELS, Family, KernelDecl
 from kernels.declarations import candidates_for as builtin_candidates_for
 from registry.platform import Platform
+from registry.settings import ENV_DISABLE_PLUGINS, env_flag
 
 ENTRY_POINT_GROUP = "registry.kernels"
-ENV_DISABLE_PLUGINS = "REGISTRY_DISABLE_PLUGINS"
 BUILTIN = "built-in"
 BUILTIN_MODULE = "kernels.declarations"
 #: The default plugin position is just before the first of these in a platform's list.
@@ -221,8 +221,8 @@ _REENTRY = ("{what} was called while the kernel table is being built: a kernel p
 
 
 def plugins_enabled() -> bool:
-    return os.environ.get(ENV_DISABLE_PLUGINS, "").strip().lower() not in (
-        "1", "true", "yes", "on")
+    """False under REGISTRY_DISABLE_PLUGINS=1 (registry.settings.env_flag refuses odd values)."""
+    return not env_flag(ENV_DISABLE_PLUGINS)
 
 
 def _refuse_reentry(what: str) -> None:

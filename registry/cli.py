@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from registry.errors import Finding
+from registry.settings import SettingError, check_env_flags, registry_version
 
 PROG = "registry"
 COMMAND_MODULES: list[str] = ["registry.commands", "registry.commands_kernels",
@@ -45,6 +46,17 @@ def register(command: Command) -> Command:
     return command
 
 
+class _Version(argparse.Action):
+    """`registry --version`: the version is looked up only when asked (no torch import)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"{PROG} {registry_version()}")
+        parser.exit(0)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print the usage and exit(2)
         raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
@@ -59,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "$REGISTRY_SCHEMES_PATH, os.pathsep-separated)")
     parser.add_argument("--schemes", action="append", default=[], metavar="DIR",
                         help=schemes_help)
+    parser.add_argument("--version", action=_Version,
+                        help="print the installed ocp-mx-registry version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS.values():
         p = sub.add_parser(command.name, help=command.help, description=command.help)
@@ -79,7 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"{PROG}: error: missing command; choose from "
                              f"{', '.join(COMMANDS)} (see {PROG} --help)")
         args.schemes = list(args.schemes) + list(getattr(args, "sub_schemes", []))
+        check_env_flags()
         return args._command.run(args)
+    except SettingError as e:  # REGISTRY_STRICT=enable: refused before anything runs
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
     except UsageError as e:
         print(str(e).replace("\n", " "), file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ from registry.cli import Command, UsageError, print_json, register, table
 from registry.commands import catalog_of
 from registry.contract import Scheme
 from registry.errors import UnknownSchemeError
-from registry.platform import Platform, detect
+from registry.platform import KNOWN_PLATFORMS, Platform, detect
 from registry.resolve import (ENV_DISABLED, Resolution, ResolutionError, env_disabled, accepts,
                               check_kernel_names, resolve)
 
@@ -37,14 +37,15 @@ def _kernel_list(text: str | None) -> list[str]:
     return [k.strip() for k in (text or "").split(",") if k.strip()]
 
 
-def _check_kernels(names: list[str]) -> None:
-    """Unknown --disable / --force names are usage errors (plugin kernels count as known; a
-    broken plugin is reported by resolve itself)."""
+def _check_kernels(args: argparse.Namespace) -> None:
+    """Unknown --disable / --force names are usage errors naming the option used (plugin
+    kernels count as known; a broken plugin is reported by resolve itself)."""
     from kernels.kernel_table import kernel_table
 
     known = kernel_table().names
     try:
-        check_kernel_names(names, "--disable / --force", known)
+        check_kernel_names(_kernel_list(args.disable), "--disable", known)
+        check_kernel_names([] if args.force is None else [args.force], "--force", known)
         check_kernel_names(env_disabled(), ENV_DISABLED, known)
     except ValueError as e:
         raise UsageError(f"registry: error: {e}") from None
@@ -63,8 +64,8 @@ def _resolve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scheme", nargs="?", metavar="NAME|ALIAS", help="a scheme name or alias")
     p.add_argument("--all", action="store_true", help="resolve every scheme")
     p.add_argument("--platform", metavar="P",
-                   help="what-if platform (cpu, cuda:sm90, cuda:sm100, rocm:gfx950, xpu, ...); "
-                        "default: this machine")
+                   help=f"what-if platform, one of {', '.join(KNOWN_PLATFORMS)}; default: "
+                        "this machine")
     p.add_argument("--strict", action="store_true",
                    help="a fallback to an emulated kernel, --force, or a --disable that "
                         "changes the kernel is an error (also REGISTRY_STRICT=1)")
@@ -114,7 +115,7 @@ def _run_resolve(args: argparse.Namespace) -> int:
     if args.from_config is None and args.all == bool(args.scheme):
         raise UsageError("registry resolve: error: give one scheme NAME|ALIAS or --all "
                          "(or --from-config PATH)")
-    _check_kernels(_kernel_list(args.disable) + ([args.force] if args.force else []))
+    _check_kernels(args)
     if args.from_config is not None:
         return _run_from_config(args)
     catalog = catalog_of(args)
@@ -219,7 +220,8 @@ register(Command("resolve", "pick the kernel for a scheme on a platform, with ev
 # --- matrix -------------------------------------------------------------------------------------
 
 def _matrix_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--platform", metavar="P", help="platform (default: this machine)")
+    p.add_argument("--platform", metavar="P", help=f"what-if platform, one of "
+                   f"{', '.join(KNOWN_PLATFORMS)}; default: this machine")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

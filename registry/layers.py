@@ -206,7 +206,7 @@ class MXLinear(nn.Module):
 
     @property
     def platform(self) -> Platform:
-        return Platform.parse(self.resolution.platform)
+        return Platform.parse(self.resolution.platform, any_arch=True)  # detected: any arch
 
     @property
     def weight_mx(self) -> MXTensor:

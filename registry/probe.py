@@ -23,6 +23,7 @@ from registry.catalog import Catalog
 from registry.errors import Finding, error
 from registry.platform import Platform, detect
 from registry.resolve import accepts
+from registry.settings import registry_version
 
 # One bf16 ulp (2^-8) bounds a kernel's norm-wise error against the fp32-accumulated oracle
 # rounded to bf16: both see the same operands, only the summation order differs.
@@ -165,7 +166,6 @@ def probe_findings(catalog: Catalog, results: list[ProbeResult]) -> list[Finding
 
 ENV_CACHE_DIR = "REGISTRY_CACHE_DIR"
 RECORD_FORMAT = 1
-DIST_NAME = "ocp-mx-registry"
 #: The facts a probe's verdict depends on besides the code it ran; a record made with other
 #: values is stale.
 VERSION_KEYS = ("registry", "torch", "triton", "cuda", "hip", "device")
@@ -184,15 +184,6 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
 def record_path(plat: Platform, env: Mapping[str, str] | None = None) -> Path:
     """The record of a platform: probe-cuda-sm90.json, probe-cpu.json, ..."""
     return cache_dir(env) / f"probe-{str(plat).replace(':', '-')}.json"
-
-
-def registry_version() -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(DIST_NAME)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed as a distribution)"
 
 
 def runtime_versions() -> dict[str, Optional[str]]:

@@ -23,9 +23,12 @@ from typing import Iterable, Optional, Union
 
 from registry.contract import QuantKey, Scheme, SchemeContract
 from registry.platform import Platform, platform_of
+from registry.settings import ENV_STRICT, env_flag
 
 ENV_DISABLED = "REGISTRY_DISABLED_KERNELS"
-ENV_STRICT = "REGISTRY_STRICT"
+#: Each candidate's reason is cut to this many characters in an error's one line (the
+#: Resolution's candidates, and so `--json`, keep every reason whole).
+REASON_CHARS = 80
 
 #: Deviation kinds that strict mode refuses (a plugin kernel winning is the user's own choice).
 STRICT_KINDS: tuple[str, ...] = ("fallback", "forced", "disabled")
@@ -160,8 +163,27 @@ def check_kernel_names(names: Iterable[str], where: str, known: Iterable[str]) -
                              f"{', '.join(known)}")
 
 
-def _env_strict() -> bool:
-    return os.environ.get(ENV_STRICT, "").strip().lower() in ("1", "true", "yes", "on")
+def cut_reason(reason: str, limit: int = REASON_CHARS) -> str:
+    """`reason` within `limit` characters: cut before a trailing '(...)' detail it cannot hold
+    whole, else at a word, and marked '...'."""
+    if len(reason) <= limit:
+        return reason
+    head = reason[:limit - 3]
+    at = head.find(" (", limit // 2)
+    while at != -1:
+        if head.count("(", at) > head.count(")", at):  # a detail cut open
+            return head[:at] + "..."
+        at = head.find(" (", at + 2)
+    return (head.rsplit(" ", 1)[0] if " " in head[limit // 2:] else head) + "..."
+
+
+def brief_reasons(candidates: Iterable[Candidate]) -> str:
+    """'k1, k2: reason; k3: other reason', each reason cut (cut_reason), kernels with the same
+    cut reason named together, so a one-line error stays readable."""
+    groups: dict[str, list[str]] = {}
+    for c in candidates:
+        groups.setdefault(cut_reason(c.reason), []).append(c.kernel)
+    return "; ".join(f"{', '.join(kernels)}: {why}" for why, kernels in groups.items())
 
 
 def resolve(
@@ -191,7 +213,7 @@ def resolve(
         raise TypeError(f"resolve() takes a Scheme or a SchemeContract, got "
                         f"{type(scheme_or_contract).__name__}")
     plat = platform_of(platform)
-    strict = strict or _env_strict()
+    strict = env_flag(ENV_STRICT) or strict  # read (and checked) even when strict=True
     off = tuple(dict.fromkeys(list(disabled) + list(env_disabled())))
     label = name or str(contract)
     table = kernel_table()
@@ -199,9 +221,9 @@ def resolve(
         res = Resolution(name, str(plat), contract, None, False, bool(force), (), off)
         raise ResolutionError(f"cannot resolve {label} on {plat}: "
                               + "; ".join(str(p) for p in table.problems), res)
-    check_kernel_names(list(disabled), "disabled= / --disable", table.names)
+    check_kernel_names(list(disabled), "disabled=", table.names)
     check_kernel_names(env_disabled(), ENV_DISABLED, table.names)
-    check_kernel_names([force] if force else [], "force= / --force", table.names)
+    check_kernel_names([] if force is None else [force], "force=", table.names)
 
     order = table.candidates_for(plat)
     if force:
@@ -230,16 +252,15 @@ def resolve(
     res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), tuple(results), off,
                      deviations)
     if chosen is None:
-        lines = "; ".join(f"{c.kernel}: {c.reason}" for c in results) or "no candidates"
-        raise ResolutionError(f"no kernel implements {label} on {plat}: {lines}", res)
+        raise ResolutionError(f"no kernel implements {label} on {plat}: "
+                              f"{brief_reasons(results) or 'no candidates'}", res)
     refused = [d for d in deviations if d.kind in STRICT_KINDS]
     if strict and refused:
-        how = {"fallback": f"unset {ENV_STRICT} / drop --strict to allow the fallback",
-               "forced": "drop --force / force=",
-               "disabled": f"re-enable it (--disable / disabled= / {ENV_DISABLED})"}
-        raise ResolutionError(
-            f"strict mode: {label} on {plat} would run {chosen}, not the platform's choice: "
-            + "; ".join(f"{d} ({how[d.kind]})" for d in refused), res)
+        # Each deviation names the kernel that runs and the switch behind it; `how` adds the fix.
+        how = {"fallback": f" (drop --strict / {ENV_STRICT} to allow it)",
+               "forced": " (drop --force / force=)", "disabled": ""}
+        raise ResolutionError(f"strict mode: {label} on {plat}: "
+                              + "; ".join(f"{d}{how[d.kind]}" for d in refused), res)
     return res
 
 
@@ -255,9 +276,9 @@ def _deviations(order, plat: Platform, contract: SchemeContract, shape, act_dtyp
         out.append(Deviation("forced", f"kernel {force} was forced (force= / --force); the "
                                        f"platform's order was not consulted"))
     if fallback:
-        why = "; ".join(f"{c.kernel}: {c.reason}" for c in results if c.native and not c.accepted)
-        out.append(Deviation("fallback", f"{chosen} (emulated) runs because the native kernels "
-                                         f"listed first cannot: {why}"))
+        why = brief_reasons(c for c in results if c.native and not c.accepted)
+        out.append(Deviation("fallback", f"{chosen} (emulated) runs; native kernels listed "
+                                         f"first cannot: {why}"))
     # The plain order's choice differs only if a kernel listed before `chosen` was refused for
     # being disabled and passes every other step: re-check just those.
     before = [d for d in order[:[d.name for d in order].index(chosen)] if d.name in off]
