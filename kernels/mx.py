@@ -192,7 +192,9 @@ def mx_quantize(
 
 
 def mx_dequantize(t: MXTensor, dtype: torch.dtype = torch.float32, backend: str = "auto") -> Tensor:
-    """Values of `t` as `dtype`, shape t.shape: code value * 2**E in fp32, then cast (RNE)."""
+    """Values of `t` as `dtype`, shape t.shape: code value * 2**E in fp32, clamped to
+    +-finfo(dtype).max (a finite value never becomes Inf; Inf codes and NaN blocks stay), then
+    cast (RNE)."""
     if not isinstance(t, MXTensor):
         raise TypeError(f"mx_dequantize takes an MXTensor (from mx_quantize), got {type(t).__name__}")
     _check_out_dtype(dtype)
@@ -205,7 +207,8 @@ def mx_dequantize(t: MXTensor, dtype: torch.dtype = torch.float32, backend: str 
 
 
 def mx_qdq(x: Tensor, fmt: str, rounding: str = "floor", backend: str = "auto") -> Tensor:
-    """Fake-quantize `x`: equal, bit for bit, to mx_dequantize(mx_quantize(x, ...), x.dtype)."""
+    """Fake-quantize `x`: equal, bit for bit, to mx_dequantize(mx_quantize(x, ...), x.dtype)
+    (so results past x.dtype's max, from a rounded-up scale, saturate to +-max, not Inf)."""
     _check_input(x)
     elem = get_format(fmt)
     check_rounding(rounding)

@@ -87,11 +87,16 @@ def oracle_quantize(x: np.ndarray, fmt: ElemFormat, rounding: str) -> tuple[np.n
 
 
 def oracle_dequantize(codes: np.ndarray, scales: np.ndarray, fmt: ElemFormat, dtype: torch.dtype) -> torch.Tensor:
+    """float64 value * 2**E (exact); a finite element whose value passes dtype's max saturates to
+    +-max (an Inf code stays Inf); then fp32 (exact below the limit) and an RNE cast to dtype."""
     rows, k = codes.shape
     values = all_code_values(fmt)[codes].reshape(rows, k // 32, 32)
     power = np.ldexp(1.0, scales.astype(np.int64) - 127)[..., None]
     with np.errstate(over="ignore", invalid="ignore"):
-        out = (values * power).astype(np.float32)  # exact in fp32 unless it overflows to Inf
+        exact = values * power
+        limit = float(torch.finfo(dtype).max)
+        exact = np.where(np.isfinite(values) & (np.abs(exact) > limit), np.copysign(limit, exact), exact)
+        out = exact.astype(np.float32)
     out[scales == 0xFF] = np.nan
     return torch.from_numpy(out.reshape(rows, k)).to(dtype)
 

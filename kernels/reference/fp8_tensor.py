@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from kernels.mx import check_device
+from kernels.reference.mx import saturate
 
 FP8_E4M3_MAX = 448.0
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -21,7 +22,8 @@ def check_values(t: object, what: str, dtypes: tuple, fix: str) -> None:
 
 
 def fp8_tensor_qdq(x: Tensor, scale: Tensor) -> Tensor:
-    """x / scale, saturated to +-448, rounded to E4M3 (RNE), times scale; x's dtype.
+    """x / scale, saturated to +-448, rounded to E4M3 (RNE), times scale, saturated to x's dtype's
+    finite max (448 * scale or a rounded-up value may pass it), in x's dtype.
 
     NaN stays NaN; +-Inf saturates like any value beyond the range (torch's E4M3 cast would
     turn it into NaN, so clamp first). `scale` is checked like `check_act_scale` (one element,
@@ -39,7 +41,7 @@ def fp8_tensor_qdq(x: Tensor, scale: Tensor) -> Tensor:
     # inference numerics, as mx_qdq: no autograd graph through the rounding
     y = torch.clamp(x.detach().float() / scale.detach(), -FP8_E4M3_MAX, FP8_E4M3_MAX)
     y = y.to(torch.float8_e4m3fn).float() * scale.detach()
-    return y.to(x.dtype)
+    return saturate(y, x.dtype).to(x.dtype)
 
 
 def check_act_scale(scale: object) -> Tensor:

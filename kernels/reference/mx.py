@@ -14,8 +14,10 @@ Rules (docs: /work/shared/DESIGN.md section 3, OCP Microscaling Formats v1.0):
   negatives that round to zero get the code with only the sign bit set (fp4 0x8, fp6 0x20,
   fp8 0x80; mxint8 has no -0 and writes 0). See elements.py.
 - A block holding a NaN or an Inf: scale byte 0xFF and all its codes 0; it dequantizes to NaN.
-- Dequantize: code value * 2**E in fp32 (one rounding, in fact exact unless it overflows to Inf),
-  then a cast to the output dtype (RNE).
+- Dequantize: code value * 2**E in fp32 (exact unless it overflows to Inf), saturated to
+  +-finfo(out dtype).max unless the element code itself is an Inf (E5M2), then a cast to the
+  output dtype (RNE): a finite input never comes back as Inf (docs/numerics.md, "Saturation on
+  the way back").
 
 Large inputs are processed in row chunks so the temporaries stay a few tens of MB.
 """
@@ -92,11 +94,22 @@ def _quantize_codes(x2d: Tensor, fmt: ElemFormat, rounding: str) -> tuple[Tensor
     return codes, scales.to(torch.uint8)
 
 
+def saturate(values: Tensor, dtype: torch.dtype) -> Tensor:
+    """fp32 `values` clamped to +-finfo(dtype).max, sign and NaN kept (+-Inf too becomes +-max):
+    a rounded-up scale times an element may pass the dtype's max (or fp32's), and a finite input
+    must not come back as Inf."""
+    limit = torch.finfo(dtype).max
+    return values.clamp(-limit, limit)
+
+
 def _dequantize_codes(codes: Tensor, scales: Tensor, fmt: ElemFormat, table: Tensor, out_dtype: torch.dtype) -> Tensor:
     rows, k = codes.shape
     values = decode(codes, fmt, table).view(rows, k // BLOCK, BLOCK)
     out = values * decode_e8m0(scales).unsqueeze(-1)  # NaN scale (0xFF) makes the block NaN
-    return out.view(rows, k).to(out_dtype)
+    saturated = saturate(out, out_dtype)
+    if fmt.specials == "ieee":  # an Inf element code (E5M2) stays Inf
+        saturated = torch.where(values.isinf(), out, saturated)
+    return saturated.view(rows, k).to(out_dtype)
 
 
 def quantize(x2d: Tensor, fmt: ElemFormat, rounding: str, layout: str) -> tuple[Tensor, Tensor]:
@@ -115,7 +128,8 @@ def quantize(x2d: Tensor, fmt: ElemFormat, rounding: str, layout: str) -> tuple[
 
 
 def dequantize(data: Tensor, scales: Tensor, fmt: ElemFormat, layout: str, k: int, out_dtype: torch.dtype) -> Tensor:
-    """-> [R, K] out_dtype. Computes code_value * 2**E in fp32, then casts to out_dtype (RNE)."""
+    """-> [R, K] out_dtype: code_value * 2**E in fp32, saturated to out_dtype's finite range
+    (Inf element codes aside), then cast to out_dtype (RNE)."""
     rows = data.shape[0]
     if data.dtype != torch.uint8 or scales.dtype != torch.uint8 or tuple(scales.shape) != (rows, k // BLOCK):
         raise ValueError(

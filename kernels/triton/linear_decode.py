@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from kernels.triton.fit import launch_fitting, smaller_configs
 from kernels.triton.mx_codec import _e8m0_value, _nan_like, _pow2, _store_fp32
 from kernels.triton.mx_quant import _bits_view
 from kernels.triton.linear_tiles import _act_tile, _weight_tile
@@ -100,6 +101,7 @@ def _decode_linear_kernel(
         A_MAXN_SUB: tl.constexpr, A_IS_INT: tl.constexpr, A_ROUNDING: tl.constexpr,
         W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
         W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
+        W_SAT: tl.constexpr,
         DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
         USE_DOT: tl.constexpr, SPLIT: tl.constexpr, W_SPLIT: tl.constexpr, ACC2D: tl.constexpr,
         FP4_FAST: tl.constexpr, FAST_SCALE: tl.constexpr,
@@ -129,7 +131,7 @@ def _decode_linear_kernel(
             else:
                 w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n,
                                  kk, W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK,
-                                 BLOCK_N, BLOCK_K)
+                                 W_SAT, BLOCK_N, BLOCK_K)
             if USE_DOT:
                 if DOT_KIND == 0:
                     acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
@@ -219,7 +221,23 @@ def fast_fp4_scale(scales: Tensor) -> bool:
 def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
                   dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
                   config: DecodeConfig) -> Tensor:
-    """Run the decode kernel for x2d [M <= 64, K] into `out` [M, N] (x's dtype or fp32)."""
+    """Run the decode kernel for x2d [M <= 64, K] into `out` [M, N] (x's dtype or fp32), with
+    `config` or the largest smaller one that fits the device's shared memory (kernels.triton.fit:
+    e.g. fp32 activations at M = 64 need half the K tile of bf16 ones on an H200)."""
+    m = x2d.shape[0]
+    key = (x2d.device.index, max(16, triton.next_power_of_2(m)) if m > 1 else 1, in_kind,
+           out_kind, dot_kind, precision, bias is not None, tuple(sorted(consts.items())))
+    launch_fitting("triton-emulation decode", key, config,
+                   lambda cfg: _launch_decode(x2d, out, cached, bias, consts, dot_kind, precision,
+                                              hw_cast, in_kind, out_kind, cfg),
+                   lambda cfg: smaller_configs(cfg, stages="stages",
+                                               blocks=(("block_k", 64), ("block_n", 16))))
+    return out
+
+
+def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
+                   dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
+                   config: DecodeConfig) -> None:
     m, k = x2d.shape
     n = out.shape[1]
     data, scales = cached["data"], cached["scales"]
@@ -230,7 +248,9 @@ def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
     split = triton.cdiv(tiles, per_split)
     use_dot = m > 1
     block_m = max(16, triton.next_power_of_2(m)) if use_dot else 1
-    packed_fp4 = consts["W_PACK"] == 1 and consts["W_BITS"] == 4 and k % config.block_k == 0
+    # the short fp4 decodes do not saturate: a weight that may pass fp32's max takes the generic
+    packed_fp4 = (consts["W_PACK"] == 1 and consts["W_BITS"] == 4 and k % config.block_k == 0
+                  and not consts["W_SAT"])
     w_split = config.split_fp4 and packed_fp4
     fp4_fast = config.fast_fp4 and packed_fp4 and not w_split
     fast_scale = cached.get("fast_fp4_scale")
@@ -261,4 +281,3 @@ def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
         if bias is not None:
             total += bias
         out.copy_(total)  # one RNE cast to the output dtype
-    return out

@@ -28,7 +28,7 @@ from kernels.dispatch import activation_qdq
 from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, _store_fp32
-from kernels.triton import linear_decode, mx_quant
+from kernels.triton import fit, linear_decode, mx_quant
 from kernels.triton.linear_tiles import (  # noqa: F401  (re-exported for the MoE kernels)
     ACT_FP8_STATIC, ACT_MX, ACT_NONE, DOT_BF16, DOT_FP32, _NAME, _act_tile, _dot_choice,
     _prepare_tensors, _weight_tile,
@@ -45,6 +45,7 @@ def _emulated_linear_kernel(
         A_MAXN_SUB: tl.constexpr, A_IS_INT: tl.constexpr, A_ROUNDING: tl.constexpr,
         W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
         W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
+        W_SAT: tl.constexpr,
         DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -55,7 +56,7 @@ def _emulated_linear_kernel(
                       A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
                       A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
         w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
-                         W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, BLOCK_N,
+                         W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, W_SAT, BLOCK_N,
                          BLOCK_K)
         if DOT_KIND == 0:
             acc = tl.dot(a.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
@@ -161,15 +162,23 @@ def _launch_tiled(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
     n = out.shape[1]
     bm, bn, bk, warps, stages = tile or (INTERPRETER_TILE if _INTERPRETED else GPU_TILE)
     scale = cached["act_scale"]
-    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     data, scales = cached["data"], cached["scales"]
-    _emulated_linear_kernel[grid](
-        mx_quant._bits_view(x2d), data, scales, scale if scale is not None else scales,
-        bias if bias is not None else scales, mx_quant._bits_view(out), m, n, k,
-        x2d.stride(0), data.stride(0), scales.stride(0), out.stride(0),
-        IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
-        DOT_PRECISION=precision, HW_CAST=hw_cast,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, **consts)
+
+    def run(cfg: fit.TileConfig) -> None:
+        grid = (triton.cdiv(m, cfg.bm), triton.cdiv(n, cfg.bn))
+        _emulated_linear_kernel[grid](
+            mx_quant._bits_view(x2d), data, scales, scale if scale is not None else scales,
+            bias if bias is not None else scales, mx_quant._bits_view(out), m, n, k,
+            x2d.stride(0), data.stride(0), scales.stride(0), out.stride(0),
+            IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
+            DOT_PRECISION=precision, HW_CAST=hw_cast, BLOCK_M=cfg.bm, BLOCK_N=cfg.bn,
+            BLOCK_K=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages, **consts)
+
+    key = (x2d.device.index, in_kind, out_kind, dot_kind, precision, bias is not None,
+           tuple(sorted(consts.items())))
+    fit.launch_fitting(_NAME + " tiled", key, fit.TileConfig(bm, bn, bk, warps, stages), run,
+                       lambda cfg: fit.smaller_configs(
+                           cfg, stages="stages", blocks=(("bk", 64), ("bn", 16), ("bm", 16))))
 
 
 def _dequant_gemm(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None) -> Tensor:

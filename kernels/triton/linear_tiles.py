@@ -36,7 +36,7 @@ from kernels.dispatch import activation_qdq
 from kernels.formats import FORMATS, get_format
 from kernels.triton.mx_codec import (
     ROUNDING_CODE, _decode, _e8m0_value, _fp32_to_bf16_bits, _load_fp32, _nan_like, _pow2,
-    _round_value, format_constexprs,
+    _round_value, _saturate, _scaled_saturated, format_constexprs,
 )
 from kernels.triton import mx_quant
 from kernels.triton.mx_quant import _load_codes, _tile_scaled
@@ -76,7 +76,8 @@ def _act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND: tl.constexpr,
             # must stay NaN (the min inside it would drop it on a GPU).
             q = _round_value(y, A_MBITS, A_BIAS, A_MAX_NORMAL, A_IS_INT)
             x = tl.where(x != x, x, q * s)
-    if ACT_MODE != 0:  # the QDQ result is cast to x's dtype (RNE), as the dispatcher does
+    if ACT_MODE != 0:  # the QDQ result is saturated and cast to x's dtype (RNE), as the
+        x = _saturate(x, IN_KIND)  # dispatcher does: a finite input never becomes Inf
         if IN_KIND == 1:  # HW_CAST: the GPU's RNE convert; the interpreter's cast truncates
             if HW_CAST:
                 x = x.to(tl.bfloat16).to(tl.float32)
@@ -91,9 +92,11 @@ def _act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND: tl.constexpr,
 def _weight_tile(data_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk,
                  W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
                  W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 W_SAT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The dequantized weight tile [BLOCK_N, BLOCK_K] in fp32: code value * 2**E (exact);
-    a scale byte 0xFF makes its block NaN. Masked-off entries are 0."""
+    a scale byte 0xFF makes its block NaN. Masked-off entries are 0. W_SAT (a weight whose
+    largest block can pass fp32's max, `weight_may_overflow`): saturated to +-fp32 max like
+    mx_dequantize's reference (an E5M2 Inf code stays Inf)."""
     NB: tl.constexpr = BLOCK_K // 32
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     codes = _load_codes(data_ptr, stride_d, rows, kk, N, K, W_BITS, W_PACK, BLOCK_N, BLOCK_K)
@@ -102,7 +105,10 @@ def _weight_tile(data_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk,
                     mask=(rows < N)[:, None] & (blk < K // 32)[None, :], other=0).to(tl.int32)
     val = _decode(tl.reshape(codes, [BLOCK_N, NB, 32]), W_MBITS, W_BIAS, W_BITS, W_IS_INT,
                   W_SPECIALS)
-    val = val * _e8m0_value(sbyte)[:, :, None]  # a NaN scale (0xFF): the whole block NaN
+    if W_SAT:
+        val = _scaled_saturated(val, _e8m0_value(sbyte)[:, :, None], 0, W_SPECIALS)
+    else:
+        val = val * _e8m0_value(sbyte)[:, :, None]  # a NaN scale (0xFF): the whole block NaN
     return tl.reshape(val, [BLOCK_N, BLOCK_K])
 
 
@@ -131,6 +137,15 @@ def _dot_choice(in_dtype: torch.dtype, act_mode: int) -> tuple[int, str]:
     return DOT_FP32, "ieee"
 
 
+def weight_may_overflow(max_normal: float, scales: torch.Tensor) -> bool:
+    """Whether some block's code * 2**E can pass fp32's max (a scale byte near 254): only then
+    do the weight tiles pay for the saturation that mx_dequantize applies (one device sync, at
+    preparation)."""
+    finite = scales[scales != 255]
+    return bool(finite.numel()) and max_normal * 2.0 ** (int(finite.max()) - 127) > \
+        torch.finfo(torch.float32).max
+
+
 def _prepare_tensors(prepared: PreparedWeight) -> dict:
     """Kernel-ready weight tensors and constexprs of a prepared weight (built once)."""
     weight = prepared.weight
@@ -145,6 +160,7 @@ def _prepare_tensors(prepared: PreparedWeight) -> dict:
     consts = {f"W_{k}": v for k, v in format_constexprs(weight.elem_format).items()
               if k in ("MBITS", "BIAS", "BITS", "IS_INT", "SPECIALS")}
     consts["W_PACK"] = pack
+    consts["W_SAT"] = int(weight_may_overflow(weight.elem_format.max_normal, weight.scales))
     act_scale = None
     if key is None:
         mode, act_fmt, rounding = ACT_NONE, _FP8, 0  # activation constexprs unused

@@ -30,7 +30,7 @@ from kernels.base import PreparedWeight
 from kernels.dispatch import activation_qdq
 from kernels.mx import MXTensor
 from kernels.reference.moe import combine_slots
-from kernels.triton import mx_quant
+from kernels.triton import fit, mx_quant
 from kernels.triton.linear_tiles import _act_tile, _dot_choice, _prepare_tensors, _weight_tile
 from kernels.triton.mx_codec import KIND_OF_DTYPE, _store_fp32
 from registry.contract import QuantKey, SchemeContract
@@ -49,6 +49,7 @@ def _grouped_experts_kernel(
         A_MAXN_SUB: tl.constexpr, A_IS_INT: tl.constexpr, A_ROUNDING: tl.constexpr,
         W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
         W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
+        W_SAT: tl.constexpr,
         DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     tile = tl.program_id(0)
@@ -67,7 +68,7 @@ def _grouped_experts_kernel(
                           A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
                           A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
             w = _weight_tile(d_e, s_e, stride_dn, stride_sn, N, K, pid_n, kk, W_MBITS, W_BIAS,
-                             W_BITS, W_IS_INT, W_SPECIALS, W_PACK, BLOCK_N, BLOCK_K)
+                             W_BITS, W_IS_INT, W_SPECIALS, W_PACK, W_SAT, BLOCK_N, BLOCK_K)
             if DOT_KIND == 0:
                 acc = tl.dot(a.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
             else:
@@ -93,7 +94,7 @@ INTERPRETER_TILES = {"small": (8, 16, 32, 1, 1), "large": (16, 16, 32, 1, 1)}
 
 _SHARED_CONSTEXPRS = ("ACT_MODE", "A_MBITS", "A_BIAS", "A_EMAX", "A_MAX_NORMAL", "A_MAXN_MANT",
                       "A_MAXN_SUB", "A_IS_INT", "A_ROUNDING", "W_MBITS", "W_BIAS", "W_BITS",
-                      "W_IS_INT", "W_SPECIALS", "W_PACK")
+                      "W_IS_INT", "W_SPECIALS", "W_PACK", "W_SAT")
 
 
 def kernel_constexprs(weight: MXTensor, activation: QuantKey | None,
@@ -171,16 +172,23 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
                          "move them to one device")
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
     scale = cached["act_scale"]
-    grid = (slots, triton.cdiv(n, bn))
-    _grouped_experts_kernel[grid](
-        mx_quant._bits_view(x_sorted), data, scales, scale if scale is not None else scales,
-        rw_sorted.view(torch.int32), dest, weighted.view(torch.int32),
-        tile_expert, tile_m, start, count, n, k, num_experts,
-        x_sorted.stride(0), data.stride(0), data.stride(1), scales.stride(0), scales.stride(1),
-        weighted.stride(0),
-        IN_KIND=KIND_OF_DTYPE[x.dtype], DOT_KIND=dot_kind, DOT_PRECISION=precision,
-        HW_CAST=not mx_quant._INTERPRETED,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, **consts)
+
+    def run(cfg: fit.TileConfig) -> None:
+        _grouped_experts_kernel[(slots, triton.cdiv(n, cfg.bn))](
+            mx_quant._bits_view(x_sorted), data, scales, scale if scale is not None else scales,
+            rw_sorted.view(torch.int32), dest, weighted.view(torch.int32),
+            tile_expert, tile_m, start, count, n, k, num_experts,
+            x_sorted.stride(0), data.stride(0), data.stride(1), scales.stride(0),
+            scales.stride(1), weighted.stride(0),
+            IN_KIND=KIND_OF_DTYPE[x.dtype], DOT_KIND=dot_kind, DOT_PRECISION=precision,
+            HW_CAST=not mx_quant._INTERPRETED, BLOCK_M=cfg.bm, BLOCK_N=cfg.bn, BLOCK_K=cfg.bk,
+            num_warps=cfg.warps, num_stages=cfg.stages, **consts)
+
+    # BLOCK_M is fixed (the tile table above is built for it); stages, K and N tiles may shrink
+    key = (x.device.index, x.dtype, dot_kind, precision, tuple(sorted(consts.items())))
+    fit.launch_fitting(_WHERE, key, fit.TileConfig(bm, bn, bk, warps, stages), run,
+                       lambda cfg: fit.smaller_configs(cfg, stages="stages",
+                                                       blocks=(("bk", 64), ("bn", 16))))
     return combine_slots(weighted.view(tokens, top_k, n)).to(out_dtype)
 
 

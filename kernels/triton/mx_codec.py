@@ -200,6 +200,38 @@ def _fp32_to_bf16_bits(f):
 
 
 @triton.jit
+def _saturate(f, OUT_KIND: tl.constexpr):
+    """fp32 `f` with every |f| above the output dtype's finite max (+-Inf included) replaced by
+    +-max, sign kept, NaN kept: the QDQ / dequantize result must not turn a finite input into
+    Inf in the cast (as reference.mx.saturate). Integer compares only, so no float constant or
+    min / max NaN rule can differ between the interpreter and a GPU."""
+    # the fp32 bit pattern of the dtype's largest finite value
+    if OUT_KIND == 0:
+        limit = 0x7F7FFFFF  # fp32 3.4028235e38
+    elif OUT_KIND == 1:
+        limit = 0x7F7F0000  # bf16 3.3895314e38
+    else:
+        limit = 0x477FE000  # fp16 65504
+    bits = f.to(tl.int32, bitcast=True)
+    mag = bits & 0x7FFFFFFF
+    over = (mag > limit) & (mag <= 0x7F800000)  # beyond the limit, not a NaN
+    return tl.where(over, ((bits >> 31) << 31) | limit, bits).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _scaled_saturated(elem, scale, OUT_KIND: tl.constexpr, SPECIALS: tl.constexpr):
+    """Dequantized values: element values `elem` times block scales `scale` (fp32, broadcast),
+    saturated to OUT_KIND's finite max (_saturate), except that an E5M2 Inf code stays Inf."""
+    val = elem * scale  # a NaN scale (0xFF): the whole block NaN
+    if SPECIALS == 2:
+        inf_code = (elem.to(tl.int32, bitcast=True) & 0x7FFFFFFF) == 0x7F800000
+        val = tl.where(inf_code, val, _saturate(val, OUT_KIND))
+    else:
+        val = _saturate(val, OUT_KIND)
+    return val
+
+
+@triton.jit
 def _load_fp32(ptrs, mask, IN_KIND: tl.constexpr):
     """Load a tile as fp32. fp32 / bf16 tensors arrive as int32 / int16 views (exact bits)."""
     if IN_KIND == 0:

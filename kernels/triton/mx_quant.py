@@ -25,8 +25,8 @@ from kernels.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, ge
 from kernels.formats import resolve_layout
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, _decode, _e8m0_value, _encode, _load_fp32, _nan_like,
-    _pow2,
-    _round_value, _shared_exponent, _store_fp32, format_constexprs,
+    _pow2, _round_value, _saturate, _scaled_saturated, _shared_exponent, _store_fp32,
+    format_constexprs,
 )
 
 _WHERE = "kernels.triton.mx_quant"
@@ -160,8 +160,9 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
     blk = pid_k * NB + tl.arange(0, NB)
     sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
                     mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
-    val = _decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
-    val = val * _e8m0_value(sbyte)[:, :, None]  # a NaN scale (0xFF): the whole block NaN
+    elem = _decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
+    # a NaN scale (0xFF): the whole block NaN; beyond the dtype's max: +-max (Inf codes stay)
+    val = _scaled_saturated(elem, _e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
                 tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
@@ -181,6 +182,7 @@ def _qdq_kernel(x_ptr, out_ptr, R, K, stride_x, stride_o, IN_KIND: tl.constexpr,
                                    IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
     val = _round_value(v, MBITS, BIAS, MAX_NORMAL, IS_INT, SATURATE=ROUNDING != 2)
     val = val * tl.where(bad, _nan_like(e), _pow2(e))[:, :, None]  # NaN / Inf blocks -> NaN
+    val = _saturate(val, IN_KIND)  # a rounded-up scale may pass the dtype's max: no Inf
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
                 tl.reshape(val, [BLOCK_R, BLOCK_K]), (rows < R)[:, None] & (cols < K)[None, :],
@@ -291,7 +293,8 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
 
 def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout: str | None,
                k: int, out_dtype: torch.dtype) -> torch.Tensor:
-    """-> [R, k] out_dtype: code value * 2**E in fp32 (exact), then cast to out_dtype (RNE).
+    """-> [R, k] out_dtype: code value * 2**E in fp32 (exact or overflowing), saturated to
+    out_dtype's finite max unless the code is an Inf, then cast to out_dtype (RNE).
     Any byte decodes per the spec; a scale byte 0xFF makes its block NaN."""
     fmt = _format(fmt)
     layout = resolve_layout(fmt, layout)
