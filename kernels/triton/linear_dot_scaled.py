@@ -24,6 +24,13 @@ Numerics notes:
   lhs the kernel uses the fp16 dot only when every weight scale is in that range (checked once
   at prepare); otherwise it splits the lhs exactly into two bf16 parts of x's sign and sums two
   bf16 dots (`_split_bf16`).
+- Special weight codes never reach dot_scaled. On Hopper (triton 3.6) the emulated upcast of an
+  e5m2 operand next to a bf16 lhs is a shift-and-add-bias bit trick that turns Inf (0x7C) into
+  the finite 2**16 and NaN (0x7E) into 1.5 * 2**16 (fast_math or not; the fp16 lhs path and the
+  interpreter decode them right). So `finish_prepare` folds a NaN code into its block's scale
+  (0xFF: the column is NaN either way) and moves each +-Inf code out of the MMA (code 0, kept
+  as a sparse list); `dot_scaled_linear` adds x_qdq[:, k] * (+-Inf) to those columns after the
+  kernel, in IEEE fp32 (0 * Inf = NaN, Inf - Inf = NaN: the reference's arithmetic).
 - Known gaps: a scale byte 0x00 (2**-127) is read as 0 by dot_scaled itself (interpreter and
   GPU), so weight blocks (and "mx"-mode activation blocks) below 2**-124 contribute 0. The
   interpreter (not a GPU) passes a bf16 lhs through fp16, so bf16 activations beyond fp16's
@@ -41,10 +48,12 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
+from kernels.dispatch import activation_qdq
 from kernels.declarations import DOT_SCALED_FORMATS, KERNELS_BY_NAME
 from kernels.formats import E8M0_BIAS, E8M0_NAN, get_format
 from kernels.reference.linear import check_input
-from kernels.triton import mx_quant
+from kernels.triton import fit, mx_quant
+from kernels.triton.fit import TileConfig
 from kernels.triton.mx_codec import (
     KIND_FP32, KIND_OF_DTYPE, SPECIALS_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
     _nan_like, _pow2, _store_fp32,
@@ -176,6 +185,36 @@ class _WeightOperands:
     scales: Tensor  # uint8 [N, K / 32], E8M0
     fmt: str  # dot_scaled's name of the weight format
     fp16_exact: bool  # every code * 2**E of this weight is exact in fp16: fp16 compute is safe
+    inf_codes: tuple[Tensor, Tensor, Tensor] | None = None  # (n, k, +-inf fp32) moved out
+
+
+def without_special_codes(fmt: str, data: Tensor, scales: Tensor
+                          ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor] | None]:
+    """(data, scales, inf_codes) with no Inf / NaN element code left for dot_scaled (see the
+    module docstring): a NaN code's block gets scale 0xFF, a +-Inf code becomes 0 and is listed
+    as (n index, k index, +-inf). One-byte codes only (mxfp4 has no special codes)."""
+    specials = get_format(fmt).specials
+    if specials == "none":
+        return data, scales, None
+    mag = data & 0x7F
+    nan = mag == 0x7F if specials == "nan_only_all_ones" else mag > 0x7C
+    inf = mag == 0x7C if specials == "ieee" else torch.zeros_like(nan)
+    if not bool((nan | inf).any()):
+        return data, scales, None
+    n_nan, k_nan = nan.nonzero(as_tuple=True)
+    scales = scales.clone()
+    scales[n_nan, k_nan // 32] = E8M0_NAN
+    n_inf, k_inf = inf.nonzero(as_tuple=True)
+    sign = torch.where(data[n_inf, k_inf] >= 0x80, -1.0, 1.0).to(device=data.device)
+    infs = (n_inf, k_inf, sign * float("inf")) if n_inf.numel() else None
+    return data.masked_fill(nan | inf, 0), scales, infs
+
+
+def _add_inf_codes(out32: Tensor, lhs_values: Tensor, infs: tuple[Tensor, Tensor, Tensor]) -> None:
+    """out32[:, n] += lhs[:, k] * (+-Inf) for each moved-out code: IEEE fp32, so a 0 or NaN lhs
+    value gives NaN and opposite infinities cancel to NaN, as in the reference's matmul."""
+    cols, ks, vals = infs
+    out32.index_add_(1, cols, lhs_values[:, ks].to(torch.float32) * vals)
 
 
 def fp16_exact_scale_range(fmt: str) -> tuple[int, int]:
@@ -202,11 +241,12 @@ class DotScaledLinear(LinearKernel):
     def finish_prepare(self, prepared: PreparedWeight) -> None:
         w = prepared.weight
         data = _pack_fp4(w.data) if w.fmt == "mxfp4" and w.layout == "unpacked" else w.data
-        scales = w.scales.contiguous()
+        data, scales, infs = without_special_codes(w.fmt, data, w.scales)
+        scales = scales.contiguous()
         lo, hi = fp16_exact_scale_range(w.fmt)
         exact = ((scales >= lo) & (scales <= hi)) | (scales == E8M0_NAN)  # NaN: masked anyway
         prepared.cache[CACHE_KEY] = _WeightOperands(
-            data.contiguous(), scales, DOT_FORMAT[w.fmt], bool(exact.all()))
+            data.contiguous(), scales, DOT_FORMAT[w.fmt], bool(exact.all()), infs)
 
     def apply(self, x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None) -> Tensor:
         check_input(x, prepared, NAME)
@@ -286,6 +326,9 @@ def dot_scaled_linear(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None
     out_dtype = x2d.dtype if out_dtype is None else out_dtype
     lhs_mode = default_lhs_mode(key, x2d.dtype, x2d.device) if lhs_mode is None else lhs_mode
     _check_args(x2d, key, bias, n, out_dtype, lhs_mode)
+    if ops.inf_codes is not None and m and out_dtype != torch.float32:
+        out32 = dot_scaled_linear(x2d, prepared, bias, torch.float32, lhs_mode)
+        return out32.to(out_dtype)  # one RNE cast, as the kernel's own store
     out = torch.empty((m, n), dtype=out_dtype, device=x2d.device)
     if m == 0:
         return out
@@ -309,19 +352,30 @@ def dot_scaled_linear(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None
     if k % block_k:
         raise ValueError(f"{NAME}: in_features {k} is not a multiple of {block_k}; pad the layer")
     has_bias = bias is not None
-    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
-    _dot_scaled_linear_kernel[grid](
-        lhs, lhs_scale, ops.data, ops.scales, mx_quant._bits_view(bias) if has_bias else out,
-        mx_quant._bits_view(out), m, n, k, lhs.stride(0), lhs_scale.stride(0),
-        ops.data.stride(0), ops.scales.stride(0), out.stride(0),
-        LHS_MODE=LHS_MODES[lhs_mode], RHS_FMT=ops.fmt, RHS_PACK=2 if ops.fmt == "e2m1" else 1,
-        ACT_KIND=KIND_OF_DTYPE[x2d.dtype], SPLIT_FP16=split, HAS_BIAS=has_bias,
-        BIAS_KIND=KIND_OF_DTYPE[bias.dtype] if has_bias else KIND_FP32, OUT_KIND=KIND_OF_DTYPE[out_dtype],
-        HW_CAST=not _INTERPRETED, FAST=FAST_MATH, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, num_warps=warps, num_stages=stages, **consts,
-    )
+
+    def run(cfg: TileConfig) -> None:
+        grid = (triton.cdiv(m, cfg.bm), triton.cdiv(n, cfg.bn))
+        _dot_scaled_linear_kernel[grid](
+            lhs, lhs_scale, ops.data, ops.scales, mx_quant._bits_view(bias) if has_bias else out,
+            mx_quant._bits_view(out), m, n, k, lhs.stride(0), lhs_scale.stride(0),
+            ops.data.stride(0), ops.scales.stride(0), out.stride(0),
+            LHS_MODE=LHS_MODES[lhs_mode], RHS_FMT=ops.fmt, RHS_PACK=2 if ops.fmt == "e2m1" else 1,
+            ACT_KIND=KIND_OF_DTYPE[x2d.dtype], SPLIT_FP16=split, HAS_BIAS=has_bias,
+            BIAS_KIND=KIND_OF_DTYPE[bias.dtype] if has_bias else KIND_FP32,
+            OUT_KIND=KIND_OF_DTYPE[out_dtype], HW_CAST=not _INTERPRETED, FAST=FAST_MATH,
+            BLOCK_M=cfg.bm, BLOCK_N=cfg.bn, BLOCK_K=cfg.bk, num_warps=cfg.warps,
+            num_stages=cfg.stages, **consts)
+
+    spec = (x2d.device.index, lhs_mode, x2d.dtype, out_dtype, split, has_bias, ops.fmt,
+            tuple(sorted(consts.items())))
+    fit.launch_fitting(NAME, spec, TileConfig(block_m, block_n, block_k, warps, stages), run,
+                       lambda cfg: fit.smaller_configs(
+                           cfg, stages="stages", blocks=(("bk", 64), ("bn", 16), ("bm", 16))))
+    if ops.inf_codes is not None:  # out is fp32 here (see above)
+        lhs_values = x2d if key is None else activation_qdq(key, backend="triton")(x2d, None)
+        _add_inf_codes(out, lhs_values, ops.inf_codes)
     return out
 
 
 __all__ = ["DotScaledLinear", "dot_scaled_linear", "default_lhs_mode", "fp16_exact_scale_range",
-           "DOT_FORMAT", "LHS_MODES"]
+           "without_special_codes", "DOT_FORMAT", "LHS_MODES"]

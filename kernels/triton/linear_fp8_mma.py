@@ -24,7 +24,7 @@ from torch import Tensor
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.formats import BLOCK, get_format
 from kernels.reference.linear import check_bias, check_input
-from kernels.triton import mx_quant
+from kernels.triton import fit, mx_quant
 from kernels.triton.linear_emulation import DECODE_MAX_M, fused_linear
 from kernels.triton.mx_codec import KIND_OF_DTYPE, _e8m0_value, _store_fp32
 
@@ -117,15 +117,20 @@ def fp8_mma_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = No
     a = a_codes.view(_FP8_DTYPES[key.format])
     out = torch.empty((m, n), dtype=out_dtype, device=x.device)
     cfg = config or (INTERPRETER_CONFIG if mx_quant._INTERPRETED else GPU_CONFIG)
-    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
     bias32 = None if bias is None else bias.to(torch.float32).contiguous()
-    _fp8_mma_kernel[grid](
-        a, a_scales, w["codes"], w["scales"], bias32 if bias32 is not None else a_scales,
-        mx_quant._bits_view(out), m, n, k, a.stride(0), a_scales.stride(0),
-        w["codes"].stride(0), w["scales"].stride(0), out.stride(0),
-        OUT_KIND=KIND_OF_DTYPE[out_dtype], HAS_BIAS=bias is not None,
-        HW_CAST=not mx_quant._INTERPRETED, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        GROUP_M=cfg.group_m, num_warps=cfg.warps, num_stages=cfg.stages)
+
+    def run(c) -> None:
+        _fp8_mma_kernel[(triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n),)](
+            a, a_scales, w["codes"], w["scales"], bias32 if bias32 is not None else a_scales,
+            mx_quant._bits_view(out), m, n, k, a.stride(0), a_scales.stride(0),
+            w["codes"].stride(0), w["scales"].stride(0), out.stride(0),
+            OUT_KIND=KIND_OF_DTYPE[out_dtype], HAS_BIAS=bias is not None,
+            HW_CAST=not mx_quant._INTERPRETED, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+            GROUP_M=c.group_m, num_warps=c.warps, num_stages=c.stages)
+
+    fit.launch_fitting(_NAME, (x.device.index, out_dtype, bias is not None), cfg, run,
+                       lambda c: fit.smaller_configs(c, stages="stages",
+                                                     blocks=(("block_n", 16), ("block_m", 16))))
     return out.view(*lead, n)
 
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The GPU check every change to kernels/ closes on (issue 12): in ONE run on a GPU machine,
+#   1. the WHOLE test suite under pytest-xdist (`python3 -m pytest -q -n $WORKERS`),
+#   2. `registry lint --probe` (every (scheme, kernel) pair this machine runs, recorded),
+#   3. a short `registry bench` sanity row (w_mxfp4, 8192x8192, M = 1 and 4096, vs bf16),
+# then a dated summary (device, driver, torch, triton, passed / failed, probe, bench) appended
+# to docs/verification.md of the tree it runs in and written to $OUT/gpu_check_summary.md
+# (through the `device` tool only $OUT comes back: append that file here by hand).
+# Exit status: non-zero when any of the three failed. Logs: $OUT/{pytest,probe,bench}.*
+#
+#   OUT=/tmp/out WORKERS=8 bash tools/gpu_check.sh
+# Where pydantic is missing (the lent H200 image), wheels in .whl/ are installed first.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
+WORKERS=${WORKERS:-8}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export REGISTRY_CACHE_DIR=${REGISTRY_CACHE_DIR:-$OUT/cache}
+if ! python3 -c "import pydantic" 2>/dev/null && [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+fi
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check: no GPU here (torch.cuda.is_available() is False); run it on the GPU machine')" || exit 2
+
+start=$(date -u +%s)
+timeout "${PYTEST_S:-420}" python3 -m pytest -q -n "$WORKERS" -p no:cacheprovider \
+  > "$OUT/pytest.log" 2>&1
+pytest_rc=$?
+tests=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$OUT/pytest.log" | tail -1 | tr -d '=' | xargs)
+grep -E '^(FAILED|ERROR)' "$OUT/pytest.log" | head -40
+echo "pytest rc=$pytest_rc: ${tests:-no summary line}"
+
+python3 -m registry lint --probe > "$OUT/probe.txt" 2>&1
+probe_rc=$?
+probe=$(grep -Eo '[0-9]+ of [0-9]+ \(scheme, kernel\) pairs [a-z]+' "$OUT/probe.txt" | tail -1)
+[ -n "$probe" ] || probe=$(tail -1 "$OUT/probe.txt")
+echo "probe rc=$probe_rc: $probe"
+
+python3 -m registry bench w_mxfp4 --shapes 8192x8192 --m 1,4096 --quiet \
+  --out "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+bench_rc=$?
+cat "$OUT/bench.txt"
+bench=$(python3 - "$OUT/bench.json" <<'EOF' 2>/dev/null
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+def cell(r):
+    if r.get("status") != "ok":
+        return f"M={r['m']} {r['kernel']} {r['status']}"
+    return (f"M={r['m']} {r['kernel']} ok: {r['graph_us']:.1f} us, {r['ratio']:.2f}x bf16 "
+            f"(graph), {r['ratio_eager']:.2f}x (eager)")
+print("; ".join(cell(r) for r in rows))
+EOF
+)
+echo "bench rc=$bench_rc: $bench"
+
+versions=$(python3 - <<'EOF'
+import subprocess, torch, triton
+drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip() or "unknown"
+p = torch.cuda.get_device_properties(0)
+print(f"{torch.cuda.get_device_name()} (sm_{p.major}{p.minor}, {p.multi_processor_count} SMs), "
+      f"driver {drv}, torch {torch.__version__}, triton {triton.__version__}")
+EOF
+)
+minutes=$(( ($(date -u +%s) - start + 59) / 60 ))
+verdict=green; [ $pytest_rc -eq 0 ] && [ $probe_rc -eq 0 ] && [ $bench_rc -eq 0 ] || verdict=RED
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo "unknown")
+{
+  echo
+  echo "## tools/gpu_check.sh, $(date -u +%Y-%m-%d' '%H:%M) UTC: $verdict"
+  echo
+  echo "$versions; commit $commit (+ working tree), ${minutes} min."
+  echo
+  echo "| check | rc | result |"
+  echo "|---|---:|---|"
+  echo "| whole suite, \`pytest -q -n $WORKERS\` | $pytest_rc | ${tests:-no summary line} |"
+  echo "| \`registry lint --probe\` | $probe_rc | ${probe:-see probe.txt} |"
+  echo "| \`registry bench w_mxfp4\` 8192x8192 | $bench_rc | ${bench:-see bench.txt} |"
+} | tee "$OUT/gpu_check_summary.md" >> docs/verification.md
+cat "$OUT/gpu_check_summary.md"
+[ "$verdict" = green ]
