@@ -1,9 +1,11 @@
 """The `registry` command: list / show / lint / schema, exit codes, --json shapes."""
+import importlib.metadata
 import json
-import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -228,7 +230,7 @@ def test_schema_is_the_json_schema_of_a_file(capsys):
     tensor = schema["$defs"]["TensorSpec"]
     assert tensor["properties"]["format"]["enum"] == [
         "mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2", "mxint8", "fp8_e4m3"]
-    assert {"const": "none", "type": "string"} in schema["properties"]["activation"]["oneOf"]
+    assert schema["properties"]["activation"]["then"] == {"const": "none"}  # if it is text
     assert schema["$defs"]["ScaleSpec"]["additionalProperties"] is False
 
 
@@ -239,8 +241,8 @@ def test_schema_check(capsys):
                      "tests/broken_schemes/empty.yaml", "--json")
     data = json.loads(out)
     assert rc == 1 and not data["ok"]
-    assert [(f["path"], f["line"]) for f in data["findings"]] == [
-        ("tests/broken_schemes/static_yes.yaml", 7), ("tests/broken_schemes/empty.yaml", 1)]
+    assert [(f["path"], f["line"]) for f in data["findings"]] == [  # sorted as lint sorts
+        ("tests/broken_schemes/empty.yaml", 1), ("tests/broken_schemes/static_yes.yaml", 7)]
 
 
 def test_subcommands_are_a_table():
@@ -248,23 +250,54 @@ def test_subcommands_are_a_table():
     assert all(callable(c.run) and callable(c.add_arguments) for c in COMMANDS.values())
 
 
-def _console_script() -> str:
-    script = Path(sys.executable).parent / "registry"
-    found = str(script) if script.exists() else shutil.which("registry")
-    assert found, "the `registry` console script is missing: pip install -e ."
-    return found
+def _console_script() -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, env) that run the `registry` console script pyproject.toml declares.
+
+    The installed script when a distribution of THIS checkout is installed (an editable install
+    whose direct_url.json points here, as `pip install -e .` makes); otherwise (a checkout run
+    from PYTHONPATH, as on the GPU machine) the declared entry point in a fresh interpreter, with
+    the checkout first on PYTHONPATH and the caller's other entries kept."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        tomllib = pytest.importorskip("tomli")
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert "registry" in scripts, scripts
+    module, _, func = scripts["registry"].partition(":")
+    for dist in importlib.metadata.distributions():
+        if (dist.metadata["Name"] or "").lower().replace("_", "-") != "ocp-mx-registry":
+            continue
+        url = json.loads(dist.read_text("direct_url.json") or "{}")
+        if not url.get("dir_info", {}).get("editable") \
+                or Path(unquote(url.get("url", "").removeprefix("file://"))).resolve() != REPO:
+            continue  # not an install of this checkout (or a non-editable copy of it)
+        declared = {e.name: e.value for e in dist.entry_points if e.group == "console_scripts"}
+        assert declared.get("registry") == scripts["registry"], (
+            f"the installed `registry` script runs {declared.get('registry')}, pyproject.toml "
+            f"declares {scripts['registry']}: pip install -e . again")
+        found = [dist.locate_file(f) for f in dist.files or ()
+                 if f.name in ("registry", "registry.exe") and f.parent.name in ("bin", "Scripts")]
+        found = [Path(f) for f in found if Path(f).exists()]
+        assert found, f"{dist.metadata['Name']} is installed for {REPO} but its script is missing"
+        return [str(found[0])], dict(os.environ)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [
+        p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    code = f"import sys; from {module} import {func}; sys.exit({func}())"
+    return [sys.executable, "-c", code], env
 
 
 def test_console_script_in_a_subprocess(tmp_path):
-    out = subprocess.run([_console_script(), "list", "--json"], capture_output=True, text=True,
-                         cwd=REPO)
+    script, env = _console_script()
+    out = subprocess.run([*script, "list", "--json"], capture_output=True, text=True,
+                         cwd=REPO, env=env)
     assert out.returncode == 0, out.stderr
     assert [s["name"] for s in json.loads(out.stdout)["schemes"]] == SHIPPED
-    bad = subprocess.run([_console_script(), "lint", str(BROKEN)], capture_output=True,
-                         text=True, cwd=tmp_path)
+    bad = subprocess.run([*script, "lint", str(BROKEN)], capture_output=True,
+                         text=True, cwd=tmp_path, env=env)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert f"{BROKEN / 'block_16.yaml'}:12: error: activation.scale.block: must be 32" in bad.stdout
-    usage = subprocess.run([_console_script(), "nope"], capture_output=True, text=True)
+    usage = subprocess.run([*script, "nope"], capture_output=True, text=True, env=env)
     assert usage.returncode == 2 and len(usage.stderr.splitlines()) == 1
 
 

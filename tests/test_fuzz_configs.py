@@ -5,16 +5,30 @@ Every outcome is either groups (each mapped, or unmapped with a one-line error, 
 one ConfigError; never another exception. Every error reads `FILE:LINE: ...` with LINE inside
 the file, and where the test knows which value it broke (a marker value, a NaN / duplicate key
 / deep nesting inserted at one place), LINE is that value's line.
+
+Each test owns its count. SHARES declares, for every fuzz test, how many pytest cases it is
+(its parametrization reads `runs`), the cases one of them tries (its loop bound or hypothesis
+max_examples reads `cases`; `configs` says whether they are config files, which count toward
+the 10,000) and the fewest of each outcome one pytest case must see. A case counts what it did
+in a Counter of its own and asserts that it tried every declared case and met its minimums, so
+each test passes or fails the same alone, under xdist, `-k` or in any order.
+`test_tally_reaches_ten_thousand` checks the declaration: the shares add up to >= 10,000 config
+files, their minimums to > 500 mapped, unmapped and refused (ConfigError) configs, > 300
+checked lines and > 5 models quantized and refused, and every fuzz test of this module has a
+share (an undeclared one fails it).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import io
 import json
+import math
 import random
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -30,22 +44,58 @@ from registry.cli import main
 from registry.errors import display_path
 from registry.hf_config import ConfigError, schemes_from_config
 
-TALLY = {"cases": 0, "groups": 0, "mapped": 0, "unmapped": 0, "config_errors": 0,
-         "lines_checked": 0, "models_quantized": 0, "models_refused": 0}
+
+
+class Share(NamedTuple):
+    """One fuzz test's part of the >= 10,000 configs."""
+    runs: int  # pytest cases (the test's parametrization)
+    cases: int  # cases each of them tries (a loop bound or hypothesis max_examples)
+    least: dict  # outcome -> the fewest each pytest case must see
+    configs: bool = True  # its cases are config files (they count toward the 10,000)
+
+
+#: What the shares must add up to: >= 10,000 configs, > 500 mapped / unmapped / refused,
+#: > 300 lines checked, > 5 models quantized and > 5 refused.
+PROMISE = {"cases": 10_000, "mapped": 501, "unmapped": 501, "config_errors": 501,
+           "lines_checked": 301, "models_quantized": 6, "models_refused": 6}
+SHARES = {
+    "test_mutated_fixture_configs": Share(4, 2000, {
+        "mapped": 150, "unmapped": 150, "config_errors": 150, "lines_checked": 101}),
+    "test_generated_configs": Share(1, 1400, {"unmapped": 1000}),
+    "test_marker_value_error_points_at_its_line": Share(1, 500, {
+        "mapped": 100, "unmapped": 50, "lines_checked": 100}),
+    "test_json_lines_match_the_dumped_layout": Share(1, 300, {"lines_checked": 1000},
+                                                     configs=False),
+    "test_cli_and_quantize_subset": Share(2, 100, {
+        "mapped": 20, "unmapped": 10, "config_errors": 10, "models_quantized": 3,
+        "models_refused": 3}),
+}
+
+
+def _ran_its_share(test: str, seen: collections.Counter) -> None:
+    """The pytest case of `test` that counted `seen` tried all its cases and met its minimums."""
+    share = SHARES[test]
+    assert seen["cases"] == share.cases, (test, dict(seen), share)
+    short = {k: (seen[k], n) for k, n in share.least.items() if seen[k] < n}
+    assert not short, (test, "seen, least:", short)
+
+
 MAX_MESSAGE = 4000  # a message lists every problem of a group, each value cut to 60 chars
 
 
 # --- the invariant -------------------------------------------------------------------------------
 
-def check_one(path: Path, raw: bytes, catalog) -> tuple[str, int | None]:
-    """Run one file; assert the invariant. ('groups' | 'error', line of a ConfigError)."""
+def check_one(path: Path, raw: bytes, catalog,
+              seen: collections.Counter) -> tuple[str, int | None]:
+    """Run one file; assert the invariant; count it in `seen`. ('groups' | 'error', line of a
+    ConfigError)."""
     shown = display_path(path)
     n_lines = raw.count(b"\n") + 1
-    TALLY["cases"] += 1
+    seen["cases"] += 1
     try:
         groups = schemes_from_config(path, catalog)
     except ConfigError as e:
-        TALLY["config_errors"] += 1
+        seen["config_errors"] += 1
         text = str(e)
         m = re.match(re.escape(shown) + r":(\d+): \S", text)
         assert m, text[:300]
@@ -53,7 +103,7 @@ def check_one(path: Path, raw: bytes, catalog) -> tuple[str, int | None]:
         assert 1 <= line <= n_lines and "\n" not in text and len(text) < 600, text[:300]
         return "error", line
     for g in groups:
-        TALLY["groups"] += 1
+        seen["groups"] += 1
         assert g.status in ("mapped", "unmapped", "not quantized", "not mapped"), g
         assert g.source == shown and isinstance(g.line, int) and 1 <= g.line <= n_lines, g
         for text in (g.error, g.note, g.path):
@@ -61,10 +111,10 @@ def check_one(path: Path, raw: bytes, catalog) -> tuple[str, int | None]:
                 assert "\n" not in text and "\r" not in text and len(text) < MAX_MESSAGE, \
                     text[:300]
         if g.scheme is not None:
-            TALLY["mapped"] += 1
+            seen["mapped"] += 1
             assert g.error is None and g.contract == g.scheme.contract
         elif g.error is not None:
-            TALLY["unmapped"] += 1
+            seen["unmapped"] += 1
             assert g.error.startswith(f"{shown}:{g.line}: {g.path}: "), g.error[:300]
             assert "Traceback" not in g.error and "internal error" not in g.error
         else:
@@ -84,13 +134,13 @@ def workdir(tmp_path_factory):
 
 # --- volume: a seeded mutator over the fixtures ----------------------------------------------
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(SHARES["test_mutated_fixture_configs"].runs))
 def test_mutated_fixture_configs(catalog, workdir, seed):
     rng = random.Random(20270 + seed)
     path = workdir / f"config_{seed}.json"
     names = sorted(BASES)
-    text_hits = 0
-    for _ in range(2000):
+    seen = collections.Counter()
+    for _ in range(SHARES["test_mutated_fixture_configs"].cases):
         cfg = copy.deepcopy(BASES[rng.choice(names)])
         for _ in range(rng.choice([0, 1, 1, 2, 3, 6])):
             mutate_dict(cfg, rng)
@@ -112,33 +162,46 @@ def test_mutated_fixture_configs(catalog, workdir, seed):
             if json_depth(cfg) > 100:
                 want_line = None
         path.write_bytes(raw)
-        outcome, line = check_one(path, raw, catalog)
+        outcome, line = check_one(path, raw, catalog, seen)
         if want_line is not None:  # exactly one located refusal was made: it names its line
             assert outcome == "error" and line == want_line, (raw[:200], line, want_line)
-            TALLY["lines_checked"] += 1
-            text_hits += 1
-    assert text_hits > 100  # the located mutations did happen
+            seen["lines_checked"] += 1
+    _ran_its_share("test_mutated_fixture_configs", seen)  # the located mutations did happen
 
 
 # --- generated from scratch: structurally plausible specs ----------------------------------------
 
-@settings(derandomize=True, database=None, deadline=None, max_examples=1400,
+def test_generated_configs(catalog, workdir):
+    seen = collections.Counter()
+    _generated_config(catalog, workdir, seen)
+    _ran_its_share("test_generated_configs", seen)
+
+
+@settings(derandomize=True, database=None, deadline=None,
+          max_examples=SHARES["test_generated_configs"].cases,
           suppress_health_check=list(HealthCheck))
 @given(cfg=wrapped, indent=st.sampled_from([None, 2]))
-def test_generated_configs(catalog, workdir, cfg, indent):
+def _generated_config(catalog, workdir, seen, cfg, indent):
     path = workdir / "generated.json"
     text = json.dumps(cfg, indent=indent)
     raw = text.encode("utf-8", "surrogatepass")
     path.write_bytes(raw)
-    check_one(path, raw, catalog)
+    check_one(path, raw, catalog, seen)
 
 
 # --- the line of a broken field: a marker value, found in the text independently -----------------
 
-@settings(derandomize=True, database=None, deadline=None, max_examples=500,
+def test_marker_value_error_points_at_its_line(catalog, workdir):
+    seen = collections.Counter()
+    _marker_value(catalog, workdir, seen)
+    _ran_its_share("test_marker_value_error_points_at_its_line", seen)
+
+
+@settings(derandomize=True, database=None, deadline=None,
+          max_examples=SHARES["test_marker_value_error_points_at_its_line"].cases,
           suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-def test_marker_value_error_points_at_its_line(catalog, workdir, data):
+def _marker_value(catalog, workdir, seen, data):
     name = data.draw(st.sampled_from(sorted(n for n in BASES if not n.startswith("broken_"))))
     cfg = copy.deepcopy(BASES[name])
     spec_path = data.draw(st.sampled_from(spec_paths(cfg)))
@@ -151,19 +214,26 @@ def test_marker_value_error_points_at_its_line(catalog, workdir, data):
     path = workdir / "marker.json"
     path.write_text(text)
     marker_line = next(i for i, line in enumerate(text.splitlines(), 1) if "MARKER-VALUE" in line)
-    check_one(path, text.encode(), catalog)
+    check_one(path, text.encode(), catalog, seen)
     for g in schemes_from_config(path, catalog):
         first = g.error.split(": ", 2)[2] if g.error else ""
         if first.startswith(f"{spec_path[-1]}.{field}: \"MARKER-VALUE\""):
             assert g.line == marker_line, (g.error, marker_line)
-            TALLY["lines_checked"] += 1
+            seen["lines_checked"] += 1
 
 
 # --- JsonLines against json.dumps's own layout ------------------------------------------------
 
-@settings(derandomize=True, database=None, deadline=None, max_examples=300)
+def test_json_lines_match_the_dumped_layout():
+    seen = collections.Counter()
+    _json_lines(seen)
+    _ran_its_share("test_json_lines_match_the_dumped_layout", seen)
+
+
+@settings(derandomize=True, database=None, deadline=None,
+          max_examples=SHARES["test_json_lines_match_the_dumped_layout"].cases)
 @given(value=json_values, indent=st.sampled_from([1, 3]))
-def test_json_lines_match_the_dumped_layout(value, indent):
+def _json_lines(seen, value, indent):
     from registry.json_lines import read_json_text
 
     text = json.dumps(value, indent=indent)
@@ -172,17 +242,19 @@ def test_json_lines_match_the_dumped_layout(value, indent):
     want: dict = {}
     dumped_layout(value, 1, (), want)
     assert {p: lines.line(p) for p in want} == want
-    TALLY["lines_checked"] += len(want)
+    seen["cases"] += 1
+    seen["lines_checked"] += len(want)
 
 
 # --- a subset through the command line and through quantize_model_from_config ------------------
 
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", range(SHARES["test_cli_and_quantize_subset"].runs))
 def test_cli_and_quantize_subset(catalog, workdir, seed):
     rng = random.Random(777 + seed)
     path = workdir / f"cli_{seed}.json"
     shown = display_path(path)
-    for i in range(100):
+    seen = collections.Counter()
+    for i in range(SHARES["test_cli_and_quantize_subset"].cases):
         cfg = copy.deepcopy(BASES[rng.choice(sorted(BASES))])
         for _ in range(rng.choice([0, 1, 2])):
             mutate_dict(cfg, rng)
@@ -190,7 +262,7 @@ def test_cli_and_quantize_subset(catalog, workdir, seed):
         if rng.random() < 0.3:
             raw, _, _ = mutate_text(raw.decode(), rng)
         path.write_bytes(raw)
-        check_one(path, raw, catalog)
+        check_one(path, raw, catalog, seen)
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = main(["resolve", "--from-config", str(path), "--platform", "cpu"]
@@ -208,17 +280,26 @@ def test_cli_and_quantize_subset(catalog, workdir, seed):
                 report = quantize_model_from_config(model, path, catalog=catalog)
             except ValueError as e:  # ConfigError included
                 assert "\n" not in str(e) and str(e), str(e)[:300]
-                TALLY["models_refused"] += 1
+                seen["models_refused"] += 1
             else:
                 assert report.quantized
-                TALLY["models_quantized"] += 1
+                seen["models_quantized"] += 1
                 model(torch.randn(2, 64))
+    _ran_its_share("test_cli_and_quantize_subset", seen)
 
 
 def test_tally_reaches_ten_thousand():
-    """Runs last: the cases tried by this module (the brief asks for >= 10,000)."""
-    print("config fuzz tally:", TALLY)
-    assert TALLY["cases"] >= 10_000, TALLY
-    assert TALLY["mapped"] > 500 and TALLY["unmapped"] > 500 and TALLY["config_errors"] > 500
-    assert TALLY["lines_checked"] > 300
-    assert TALLY["models_quantized"] > 5 and TALLY["models_refused"] > 5
+    """The declared shares promise >= 10,000 configs (the brief's number) and cover every fuzz
+    test; each test asserts its own share when it runs, so this one reads no other's state."""
+    fuzz = {name for name in globals() if name.startswith("test_")} - {
+        "test_tally_reaches_ten_thousand"}
+    assert fuzz == set(SHARES), ("fuzz tests without a share:", fuzz - set(SHARES),
+                                 "shares without a test:", set(SHARES) - fuzz)
+    for name, share in SHARES.items():  # `runs` is what the parametrization makes
+        marks = [m for m in getattr(globals()[name], "pytestmark", []) if m.name == "parametrize"]
+        assert math.prod(len(list(m.args[1])) for m in marks) == share.runs, name
+    total = {"cases": sum(s.runs * s.cases for s in SHARES.values() if s.configs)}
+    for outcome in PROMISE.keys() - {"cases"}:
+        total[outcome] = sum(s.runs * s.least.get(outcome, 0) for s in SHARES.values())
+    print("config fuzz: declared cases and minimums", total)
+    assert all(total[k] >= n for k, n in PROMISE.items()), (total, PROMISE)

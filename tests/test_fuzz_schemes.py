@@ -4,13 +4,25 @@ a valid scheme or clean located findings.
 Never an exception, never a finding without `file:line`, never an "internal error". Volume:
 a seeded random.Random mutator over the shipped files, hypothesis-generated scheme dicts dumped
 in block and flow style, arbitrary bytes; a few hundred also through `load_files` and
-`registry lint`. `test_tally_reaches_ten_thousand` (last) counts them.
+`registry lint`.
+
+Each test owns its count. SHARES declares, for every fuzz test, how many pytest cases it is
+(its parametrization reads `runs`), the files one case tries (its loop bound or hypothesis
+max_examples reads `cases`) and the fewest of each outcome one case must see. A case counts what
+it did in a Counter of its own and asserts that it tried every declared file and met its
+minimums, so each test passes or fails the same alone, under xdist, `-k` or in any order.
+`test_tally_reaches_ten_thousand` checks the declaration: the shares add up to >= 10,000 files,
+their minimums to > 200 valid schemes, > 5,000 refused and >= 300 through catalog and lint, and
+every fuzz test of this module has a share (an undeclared one fails it).
 """
+import collections
 import contextlib
 import io
+import math
 import random
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -60,7 +72,32 @@ VALUES = ["42", "-1", "0", "3.5", ".inf", ".nan", "1e400", "99999999999999999999
           '"bad \\escape"', "{a: 1, a: 2}", "[1, 2", "%YAML 1.1", "@reserved", "`tick"]
 
 
-TALLY = {"cases": 0, "schemes": 0, "refused": 0, "through_catalog_and_lint": 0}
+class Share(NamedTuple):
+    """One fuzz test's part of the >= 10,000 files."""
+    runs: int  # pytest cases (the test's parametrization)
+    cases: int  # files each of them tries (a loop bound or hypothesis max_examples)
+    least: dict  # outcome -> the fewest each pytest case must see
+
+
+#: What the shares must add up to: >= 10,000 files, > 200 valid, > 5,000 refused, >= 300 linted.
+PROMISE = {"cases": 10_000, "schemes": 201, "refused": 5001, "through_catalog_and_lint": 300}
+SHARES = {
+    "test_mutated_files_give_a_scheme_or_clean_findings":
+        Share(1, 300, {"schemes": 5, "refused": 200, "through_catalog_and_lint": 300}),
+    "test_seeded_mutations_give_a_scheme_or_clean_findings":
+        Share(4, 2500, {"schemes": 51, "refused": 1100}),
+    "test_generated_scheme_dicts_give_a_scheme_or_clean_findings":
+        Share(1, 1600, {"refused": 1000}),
+    "test_arbitrary_bytes_give_clean_findings": Share(1, 500, {"refused": 500}),
+}
+
+
+def _ran_its_share(test: str, seen: collections.Counter) -> None:
+    """The pytest case of `test` that counted `seen` tried all its files and met its minimums."""
+    share = SHARES[test]
+    assert seen["cases"] == share.cases, (test, dict(seen), share)
+    short = {k: (seen[k], n) for k, n in share.least.items() if seen[k] < n}
+    assert not short, (test, "seen, least:", short)
 
 
 class HypothesisChoices:
@@ -161,10 +198,10 @@ def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz")
 
 
-def _check(path: Path, raw: bytes):
+def _check(path: Path, raw: bytes, seen: collections.Counter):
     scheme, findings = read_scheme_file(path)
-    TALLY["cases"] += 1
-    TALLY["schemes" if scheme is not None else "refused"] += 1
+    seen["cases"] += 1
+    seen["schemes" if scheme is not None else "refused"] += 1
     shown = display_path(path)
     max_line = raw.count(b"\n") + raw.count(b"\r") + 2
     for f in findings:
@@ -186,10 +223,17 @@ def _check(path: Path, raw: bytes):
     return scheme, findings
 
 
-@settings(derandomize=True, database=None, max_examples=300, deadline=None,
+def test_mutated_files_give_a_scheme_or_clean_findings(workdir):
+    seen = collections.Counter()
+    _mutated_file(workdir, seen)
+    _ran_its_share("test_mutated_files_give_a_scheme_or_clean_findings", seen)
+
+
+@settings(derandomize=True, database=None, deadline=None,
+          max_examples=SHARES["test_mutated_files_give_a_scheme_or_clean_findings"].cases,
           suppress_health_check=[HealthCheck.too_slow])
 @given(base=st.sampled_from(BASES), data=st.data())
-def test_mutated_files_give_a_scheme_or_clean_findings(workdir, base, data):
+def _mutated_file(workdir, seen, base, data):
     stem, text = base
     raw = text.encode()
     ch = HypothesisChoices(data)
@@ -201,7 +245,7 @@ def test_mutated_files_give_a_scheme_or_clean_findings(workdir, base, data):
         old.unlink()
     path = d / f"{stem}.yaml"
     path.write_bytes(raw)
-    scheme, findings = _check(path, raw)
+    scheme, findings = _check(path, raw, seen)
     # The same file through a catalog (beside the shipped dir) and through `registry lint`.
     catalog = load_files([SchemeDir(d, "--schemes")])
     assert [str(f) for f in catalog.file_findings] == [str(f) for f in findings]
@@ -210,27 +254,28 @@ def test_mutated_files_give_a_scheme_or_clean_findings(workdir, base, data):
         rc = main(["lint", str(path)])
     assert rc == (1 if out.getvalue() else 0)
     assert all(line.startswith(f"{display_path(path)}:") for line in out.getvalue().splitlines())
-    TALLY["through_catalog_and_lint"] += 1
+    seen["through_catalog_and_lint"] += 1
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    "seed", range(SHARES["test_seeded_mutations_give_a_scheme_or_clean_findings"].runs))
 def test_seeded_mutations_give_a_scheme_or_clean_findings(workdir, seed):
     """Volume: 2,500 files per seed, each 1-4 mutations of a shipped (or block-style) file."""
+    share = SHARES["test_seeded_mutations_give_a_scheme_or_clean_findings"]
     rng = random.Random(4100 + seed)
     ch = SeededChoices(rng)
     d = workdir / f"seeded_{seed}"
     d.mkdir(exist_ok=True)
-    outcomes = {"scheme": 0, "refused": 0}
-    for _ in range(2500):
+    seen = collections.Counter()
+    for _ in range(share.cases):
         stem, text = rng.choice(BASES)
         raw = text.encode()
         for _ in range(rng.randint(1, 4)):
             raw = _mutate(raw.decode("utf-8", "surrogateescape"), ch)
         path = d / f"{stem}.yaml"
         path.write_bytes(raw)
-        scheme, _ = _check(path, raw)
-        outcomes["scheme" if scheme is not None else "refused"] += 1
-    assert outcomes["scheme"] > 50 and outcomes["refused"] > 500, outcomes
+        _check(path, raw, seen)
+    _ran_its_share("test_seeded_mutations_give_a_scheme_or_clean_findings", seen)
 
 
 # --- generated from scratch: structurally plausible scheme dicts, block and flow style ---------
@@ -261,39 +306,62 @@ scheme_dict = st.fixed_dictionaries({}, optional={
     "notes": odd})
 
 
-@settings(derandomize=True, database=None, max_examples=1600, deadline=None,
+def test_generated_scheme_dicts_give_a_scheme_or_clean_findings(workdir):
+    seen = collections.Counter()
+    _generated_dict(workdir, seen)
+    _ran_its_share("test_generated_scheme_dicts_give_a_scheme_or_clean_findings", seen)
+
+
+@settings(derandomize=True, database=None, deadline=None,
+          max_examples=SHARES["test_generated_scheme_dicts_give_a_scheme_or_clean_findings"].cases,
           suppress_health_check=list(HealthCheck))
 @given(doc=scheme_dict, style=st.sampled_from([False, True, None]),
        stem=st.sampled_from(["w_mxfp4", "gen_scheme", "w_mxfp4_a_mxfp4"]))
-def test_generated_scheme_dicts_give_a_scheme_or_clean_findings(workdir, doc, style, stem):
+def _generated_dict(workdir, seen, doc, style, stem):
     text = yaml.safe_dump(doc, default_flow_style=style, allow_unicode=True, sort_keys=False)
     raw = text.encode("utf-8", "surrogatepass")
     d = workdir / "generated"
     d.mkdir(exist_ok=True)
     path = d / f"{stem}.yaml"
     path.write_bytes(raw)
-    scheme, _ = _check(path, raw)
+    scheme, _ = _check(path, raw, seen)
     if scheme is not None:  # what was accepted is what the dict said
         assert doc["name"] == stem and scheme.weight.format == doc["weight"]["format"]
 
 
-@settings(derandomize=True, database=None, max_examples=500, deadline=None)
+def test_arbitrary_bytes_give_clean_findings(workdir):
+    seen = collections.Counter()
+    _arbitrary_bytes(workdir, seen)
+    _ran_its_share("test_arbitrary_bytes_give_clean_findings", seen)
+
+
+@settings(derandomize=True, database=None, deadline=None,
+          max_examples=SHARES["test_arbitrary_bytes_give_clean_findings"].cases)
 @given(raw=st.one_of(st.binary(max_size=200),
                      st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass")),
                      st.lists(st.sampled_from(KEYS + VALUES + [": ", "\n", "  ", "- ", "{", "}",
                                                                "[", "]", ",", "#", "&", "*"]),
                               max_size=40).map(lambda xs: "".join(xs).encode("utf-8",
                                                                                "surrogatepass"))))
-def test_arbitrary_bytes_give_clean_findings(workdir, raw):
+def _arbitrary_bytes(workdir, seen, raw):
     path = workdir / "arbitrary.yaml"
     path.write_bytes(raw)
-    scheme, findings = _check(path, raw)
+    scheme, findings = _check(path, raw, seen)
     assert scheme is None and findings
 
 
 def test_tally_reaches_ten_thousand():
-    """Runs last: the scheme files tried by this module (the brief asks for >= 10,000)."""
-    print("scheme fuzz tally:", TALLY)
-    assert TALLY["cases"] >= 10_000, TALLY
-    assert TALLY["schemes"] > 200 and TALLY["refused"] > 5000, TALLY
-    assert TALLY["through_catalog_and_lint"] >= 300, TALLY
+    """The declared shares promise >= 10,000 files (the brief's number) and cover every fuzz
+    test; each test asserts its own share when it runs, so this one reads no other's state."""
+    fuzz = {name for name in globals() if name.startswith("test_")} - {
+        "test_tally_reaches_ten_thousand"}
+    assert fuzz == set(SHARES), ("fuzz tests without a share:", fuzz - set(SHARES),
+                                 "shares without a test:", set(SHARES) - fuzz)
+    for name, share in SHARES.items():  # `runs` is what the parametrization makes
+        marks = [m for m in getattr(globals()[name], "pytestmark", []) if m.name == "parametrize"]
+        assert math.prod(len(list(m.args[1])) for m in marks) == share.runs, name
+    total = {"cases": sum(s.runs * s.cases for s in SHARES.values())}
+    for outcome in PROMISE.keys() - {"cases"}:
+        total[outcome] = sum(s.runs * s.least.get(outcome, 0) for s in SHARES.values())
+    print("scheme fuzz: declared cases and minimums", total)
+    assert all(total[k] >= n for k, n in PROMISE.items()), (total, PROMISE)

@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 
 from registry.catalog import load_schemes
-from registry.platform import Platform
+from registry.platform import KNOWN_PLATFORMS, Platform
 from registry.resolve import (ENV_DISABLED, ENV_STRICT, STRICT_KINDS, ResolutionError, _steps,
                               log_resolution, resolve)
 
 REPO = Path(__file__).resolve().parent.parent
-PLATFORMS = ["cpu", "cuda:sm80", "cuda:sm89", "cuda:sm90", "cuda:sm100", "cuda:sm120",
-             "rocm:gfx942", "rocm:gfx950", "xpu"]
+PLATFORMS = list(KNOWN_PLATFORMS)
 CATALOG = load_schemes()
 SCHEMES = sorted(CATALOG.schemes.values(), key=lambda s: s.name)
 
@@ -171,12 +170,14 @@ ALLOWED = {
     ("registry/doctor.py", "detect_platform"): "doctor reports a failed detection as a problem",
     ("registry/doctor.py", "_gpu_facts"): "doctor reports a failed device query as a fact",
     ("registry/doctor.py", "_why_not_loaded"): "doctor reports why a kernel does not load",
-    ("registry/probe.py", "registry_version"): "a version that is not installed is 'unknown'",
+    ("registry/settings.py", "registry_version"):
+        "not installed: the source tree's pyproject version, else 'unknown'",
     ("registry/probe.py", "runtime_versions"): "an absent / broken runtime has no version",
     ("registry/probe.py", "read_record"): REPORTED + ": no record, or a warning naming the file",
     ("registry/hf_config.py", "_contract_of"): REPORTED + ": the group's problem",
+    ("registry/hf_config.py", "_reads_as_json"): "answers whether a text reads as JSON (quoted)",
     ("registry/lint_kernels.py", "check_resolves"): REPORTED,
-    ("registry/loader.py", "read_scheme_file"): REPORTED,
+    ("registry/loader.py", "_read_scheme"): REPORTED,
     ("registry/loader.py", "_read_text"): REPORTED,
     ("registry/loader.py", "shipped_dir"): "no installed data package: the checkout's schemes/",
     ("registry/loader.py", "read_dir"): REPORTED,
@@ -194,10 +195,13 @@ ALLOWED = {
 }
 
 
-def _swallowing_handlers() -> set[tuple[str, str]]:
+def _swallowing_handlers(roots: tuple[Path, ...] = (REPO / "registry", REPO / "kernels"),
+                         base: Path = REPO) -> set[tuple[str, str]]:
+    """(path relative to `base`, enclosing function) of each handler under `roots` that
+    neither re-raises nor is listed."""
     found = set()
-    for root in ("registry", "kernels"):
-        for path in sorted((REPO / root).rglob("*.py")):
+    for root in roots:
+        for path in sorted(Path(root).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             owner = {}
             for fn in ast.walk(tree):
@@ -207,7 +211,7 @@ def _swallowing_handlers() -> set[tuple[str, str]]:
             for node in ast.walk(tree):
                 if isinstance(node, ast.ExceptHandler) and not any(
                         isinstance(n, ast.Raise) for b in node.body for n in ast.walk(b)):
-                    found.add((path.relative_to(REPO).as_posix(), owner.get(id(node), "<module>")))
+                    found.add((path.relative_to(base).as_posix(), owner.get(id(node), "<module>")))
     return found
 
 
@@ -220,14 +224,16 @@ def test_no_exception_handler_swallows_an_error_unless_listed_with_why():
     assert not stale, f"ALLOWED lists handlers that no longer swallow anything: {stale}"
 
 
-def test_the_scan_catches_a_swallowing_handler(tmp_path, monkeypatch):
-    bad = REPO / "kernels" / "_scan_probe_tmp.py"
-    bad.write_text("def pick(x):\n    try:\n        return fast(x)\n    except Exception:\n"
-                   "        return slow(x)\n", encoding="utf-8")
-    try:
-        assert ("kernels/_scan_probe_tmp.py", "pick") in _swallowing_handlers()
-    finally:
-        bad.unlink()
+def test_the_scan_catches_a_swallowing_handler(tmp_path):
+    # A tree of its own: the repository's scan (maybe running beside this under xdist) never
+    # sees the probe.
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "_scan_probe_tmp.py").write_text(
+        "def pick(x):\n    try:\n        return fast(x)\n    except Exception:\n"
+        "        return slow(x)\n\n\ndef keep(x):\n    try:\n        return fast(x)\n"
+        "    except Exception as e:\n        raise ValueError(x) from e\n", encoding="utf-8")
+    found = _swallowing_handlers((tmp_path / "kernels",), base=tmp_path)
+    assert found == {("kernels/_scan_probe_tmp.py", "pick")}
 
 
 @pytest.mark.parametrize("scheme", [s for s in SCHEMES if s.activation is not None],
@@ -270,3 +276,38 @@ def test_a_layer_logs_its_deviation_once_and_strict_refuses_to_build_it(caplog, 
     with pytest.raises(ResolutionError, match=r"^layer 0: strict mode: .*disabled: "):
         quantize_model(nn.Sequential(nn.Linear(64, 32)), "w_mxfp4")
     assert layer.resolution.kernel == "reference-emulation"
+
+
+@pytest.mark.parametrize("value", ["enable", "2", "enabled", "y"])
+def test_a_strict_value_it_does_not_know_is_refused_by_every_api(monkeypatch, value):
+    """REGISTRY_STRICT=enable once meant 'off': every reader refuses it in one line instead."""
+    import torch
+    from torch import nn
+
+    from registry.layers import MXLinear
+    from registry.quantize import quantize_model
+    from registry.settings import SettingError
+
+    monkeypatch.setenv(ENV_STRICT, value)
+    want = rf"{ENV_STRICT}='{value}' is not an on/off value; use 1/true/yes/on for on, "
+    calls = [lambda: resolve(CATALOG.get("w_mxfp4"), "cpu"),
+             lambda: resolve(CATALOG.get("w_mxfp4"), "cpu", strict=True),  # read even then
+             lambda: quantize_model(nn.Sequential(nn.Linear(64, 32)), "w_mxfp4"),
+             lambda: MXLinear(torch.randn(16, 64), "w_mxfp4")]
+    for call in calls:
+        with pytest.raises(SettingError, match=want) as e:
+            call()
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("value, strict", [("1", True), (" TRUE ", True), ("On", True),
+                                           ("yes", True), ("0", False), ("off", False),
+                                           ("", False), ("No", False)])
+def test_the_documented_strict_values_switch_it(monkeypatch, value, strict):
+    monkeypatch.setenv(ENV_STRICT, value)
+    scheme = CATALOG.get("w_mxfp6_e3m2_a_mxfp6_e3m2")  # a fallback on cuda:sm100
+    if strict:
+        with pytest.raises(ResolutionError, match="^strict mode: "):
+            resolve(scheme, "cuda:sm100")
+    else:
+        assert resolve(scheme, "cuda:sm100").fallback

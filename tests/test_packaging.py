@@ -23,9 +23,10 @@ SCHEMES = {
 
 
 def _pip(*args, cwd):
+    # --no-index: building and installing need nothing from an index (the GPU machine is offline)
     out = subprocess.run([sys.executable, "-m", "pip", *args, "--disable-pip-version-check",
-                          "--no-input", "-q"], capture_output=True, text=True, cwd=cwd,
-                         timeout=300)
+                          "--no-input", "--no-index", "-q"], capture_output=True, text=True,
+                         cwd=cwd, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return out
 
@@ -57,7 +58,12 @@ def test_wheel_carries_the_shipped_schemes(wheel):
 def test_installed_copy_lists_the_shipped_schemes(wheel, tmp_path):
     site = tmp_path / "site"
     _pip("install", "--no-deps", "--target", str(site), str(wheel), cwd=tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(site)}
+    # The installed copy first; then the caller's own path entries (PYTHONPATH's and sys.path's,
+    # e.g. a `pip install --target` dir holding pydantic) except the checkout, so the
+    # dependencies import as they do here but `registry` can only come from the installed copy.
+    callers = os.environ.get("PYTHONPATH", "").split(os.pathsep) + sys.path
+    kept = [p for p in dict.fromkeys(callers) if p and Path(p).resolve() != REPO]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *kept])}
     env.pop("REGISTRY_SCHEMES_PATH", None)
     where = subprocess.run(
         [sys.executable, "-c", "import registry, registry.loader as l; "

@@ -19,10 +19,10 @@ from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
 from kernels.reference.fp8_tensor import fp8_tensor_qdq
 from registry.catalog import load_schemes
 from registry.errors import UnknownSchemeError
-from registry.layers import MXLinear
+from registry.layers import MXLinear, platform_for_device
 from registry.platform import Platform
 from registry.quantize import plan_quantization, quantize_model
-from registry.resolve import ResolutionError
+from registry.resolve import ResolutionError, resolve
 
 CATALOG = load_schemes()
 SCHEMES = sorted(CATALOG.schemes)
@@ -215,10 +215,49 @@ def test_report_table_and_dicts():
                         "scheme": "w_mxfp8_e4m3_a_mxfp8_e4m3", "kernel": "reference-emulation",
                         "platform": "cpu", "fallback": False, "quantized": True, "deviations": (),
                         "reason": report.row("mlp.0").reason}
-    again = quantize_model(model, "w_mxfp4")  # already quantized layers are left alone
-    assert again.row("mlp.0").reason == "already an MXLinear; left unchanged"
-    assert again.row("mlp.0").scheme == "w_mxfp8_e4m3_a_mxfp8_e4m3"
-    assert again.row("lm_head").scheme == "w_mxfp4"
+
+
+def test_quantizing_again_with_another_scheme_is_refused_and_changes_nothing():
+    model = make_block(11)
+    quantize_model(model, "w_mxfp4_a_mxfp4", ignore=["lm_head"])
+    before = {n: m for n, m in model.named_modules()}
+    x = inputs(3)
+    with torch.no_grad():
+        y = model(x)
+    with pytest.raises(ValueError, match=r"^layer attn\.q is already quantized with "
+                                         r"w_mxfp4_a_mxfp4 \(W=mxfp4:.* A=mxfp4:.*\); w_mxfp4 "
+                                         r"was requested: quantize the float model.*ignore") as e:
+        quantize_model(model, "w_mxfp4")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"^layer attn\.q is already quantized"):
+        plan_quantization(model, "w_mxfp4")
+    with pytest.raises(ValueError, match=r"^layer mlp\.0 is already quantized with w_mxfp4_a_"):
+        quantize_model(model, {"re:mlp": "w_mxfp6_e3m2", "lm_head": "w_mxfp4"})
+    assert dict(model.named_modules()) == before  # lm_head not quantized either
+    assert all(m.scheme_name == "w_mxfp4_a_mxfp4" for m in model.modules()
+               if isinstance(m, MXLinear))
+    with torch.no_grad():
+        assert torch.equal(model(x), y)
+    # the quantized layers ignored (or left out of targets): the rest is quantized, and the
+    # report does not claim the old layers got the new scheme
+    again = quantize_model(model, "w_mxfp4", targets=["lm_head"])
+    assert again.row("lm_head").scheme == "w_mxfp4" and isinstance(model.lm_head, MXLinear)
+    assert again.row("mlp.0").scheme == "w_mxfp4_a_mxfp4"
+    assert again.row("mlp.0").reason == ("not matched by targets (lm_head); already quantized "
+                                         "with w_mxfp4_a_mxfp4, left unchanged")
+
+
+def test_quantizing_again_with_the_same_scheme_is_a_reported_no_op():
+    model = make_block(12)
+    quantize_model(model, "w_mxfp4_a_mxfp4", ignore=["lm_head"])
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, MXLinear)}
+    codes = {n: m.weight.clone() for n, m in layers.items()}
+    report = quantize_model(model, "mxfp4_w4a4", ignore=["lm_head"])  # an alias of it
+    assert {n: m for n, m in model.named_modules() if isinstance(m, MXLinear)} == layers
+    assert all(torch.equal(m.weight, codes[n]) for n, m in layers.items())
+    assert report.row("mlp.0").reason == "already quantized with w_mxfp4_a_mxfp4; left unchanged"
+    assert report.notes == ["6 layer(s) were already quantized with the requested scheme and "
+                            "were left unchanged (attn.q, attn.k, attn.v, ...)"]
 
 
 def test_what_if_platform_plans_without_touching_the_model():
@@ -305,15 +344,26 @@ def test_dtype_change_keeps_the_bytes_and_the_fp32_input_scale():
 
 
 def test_moving_to_another_platform_resolves_again(monkeypatch):
+    """With a GPU the layer really moves there and gets what the resolver picks for that GPU;
+    without one, a what-if: the CPU tensors report cuda:sm90 and Triton runs in its interpreter."""
     layer = MXLinear.from_linear(nn.Linear(64, 32), "w_mxfp6_e3m2")
     assert layer.kernel_name == "dequant-weight-only"
     x = torch.randn(3, 64)
     before = layer(x)
-    monkeypatch.setattr("registry.layers.platform_for_device", lambda d: Platform("cuda", "sm90"))
-    layer.to("cpu")  # the tensors' device now reports cuda:sm90 (triton runs in its interpreter)
-    assert (layer.resolution.platform, layer.kernel_name) == ("cuda:sm90", "triton-emulation")
-    assert "platform=cuda:sm90" in repr(layer)
-    torch.testing.assert_close(layer(x), before, rtol=1e-5, atol=1e-5)
+    if torch.cuda.is_available():
+        device = "cuda"
+        platform = platform_for_device(device)  # the platform detection the layer itself uses
+    else:
+        device, platform = "cpu", Platform("cuda", "sm90")
+        monkeypatch.setattr("registry.layers.platform_for_device", lambda d: platform)
+    want = resolve(CATALOG.get("w_mxfp6_e3m2"), platform, shape=(32, 64), act_dtype="float32")
+    assert want.kernel is not None and str(platform) != "cpu"
+    if not torch.cuda.is_available():  # the what-if pins the choice the interpreter runs
+        assert want.kernel == "triton-emulation"
+    layer.to(device)
+    assert (layer.resolution.platform, layer.kernel_name) == (str(platform), want.kernel)
+    assert f"platform={platform}" in repr(layer)
+    torch.testing.assert_close(layer(x.to(device)).cpu(), before, rtol=1e-5, atol=1e-5)
 
 
 def test_forward_refuses_a_kernel_prepared_elsewhere():
