@@ -302,7 +302,7 @@ def test_list_shows_each_schemes_source(tmp_path, capsys, monkeypatch, how):
     assert next(line for line in lines if line.startswith("w_mxfp4 ")).endswith(
         "schemes/w_mxfp4.yaml:1")
     footer = lines[lines.index("scheme directories, in load order (the first definition of a "
-                               "name wins):") + 1:]
+                               "name keeps it; a second one is an error):") + 1:]
     assert [line.split() for line in footer] == [["shipped", "schemes"], [origin, str(d)]]
 
     code, out, _ = run(capsys, *argv, "--json")
@@ -322,6 +322,8 @@ def test_scheme_clash_between_schemes_path_and_shipped_names_both_files(tmp_path
     assert err.splitlines() == [
         f"{d / 'w_mxfp6_e2m3.yaml'}:1: error: name: scheme name 'w_mxfp6_e2m3' is already "
         "defined in schemes/w_mxfp6_e2m3.yaml:1; names must be unique across all scheme "
-        "directories"]
+        "directories",
+        f"{d / 'w_mxfp6_e2m3.yaml'}:3: error: aliases.0: alias 'mxfp6_e2m3_w6a16' is already an "
+        "alias of 'w_mxfp6_e2m3' (schemes/w_mxfp6_e2m3.yaml:3); aliases must be unique"]
     row = next(line for line in out.splitlines() if line.startswith("w_mxfp6_e2m3 "))
     assert row.endswith("schemes/w_mxfp6_e2m3.yaml:1")  # the first definition wins

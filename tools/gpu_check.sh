@@ -9,14 +9,16 @@
 # Exit status: non-zero when any of the three failed. Logs: $OUT/{pytest,probe,bench}.*
 #
 #   OUT=/tmp/out WORKERS=8 bash tools/gpu_check.sh
-# Where pydantic is missing (the lent H200 image), wheels in .whl/ are installed first.
+# Where pydantic / jsonschema are missing (the lent H200 image), wheels in .whl/ are installed
+# first (the device tool's README says how to download them). COMMIT names the commit checked
+# where the tree has no usable .git (a copied working tree).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
 WORKERS=${WORKERS:-8}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export REGISTRY_CACHE_DIR=${REGISTRY_CACHE_DIR:-$OUT/cache}
-if ! python3 -c "import pydantic" 2>/dev/null && [ -d .whl ]; then
+if ! python3 -c "import pydantic, jsonschema" 2>/dev/null && [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
@@ -64,7 +66,7 @@ EOF
 )
 minutes=$(( ($(date -u +%s) - start + 59) / 60 ))
 verdict=green; [ $pytest_rc -eq 0 ] && [ $probe_rc -eq 0 ] && [ $bench_rc -eq 0 ] || verdict=RED
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo "unknown")
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "unknown")}
 {
   echo
   echo "## tools/gpu_check.sh, $(date -u +%Y-%m-%d' '%H:%M) UTC: $verdict"
