@@ -8,7 +8,7 @@ the file, and where the test knows which value it broke (a marker value, a NaN /
 
 Each test owns its count. SHARES declares, for every fuzz test, how many pytest cases it is
 (its parametrization reads `runs`), the cases one of them tries (its loop bound or hypothesis
-max_examples reads `cases`; `configs` says whether they are config files, which count toward
+max_examples reads `cases`; `counted` says whether they are config files, which count toward
 the 10,000) and the fewest of each outcome one pytest case must see. A case counts what it did
 in a Counter of its own and asserts that it tried every declared case and met its minimums, so
 each test passes or fails the same alone, under xdist, `-k` or in any order.
@@ -24,11 +24,9 @@ import contextlib
 import copy
 import io
 import json
-import math
 import random
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 import torch
@@ -38,6 +36,7 @@ from torch import nn
 
 from config_fuzzing import (BASES, SPEC_FIELDS, dump, dumped_layout, json_depth, json_values,
                             mutate_dict, mutate_text, spec_paths, wrapped)
+from fuzz_shares import Share, check_declaration, ran_its_share
 from registry import quantize_model_from_config
 from registry.catalog import load_schemes
 from registry.cli import main
@@ -46,12 +45,6 @@ from registry.hf_config import ConfigError, schemes_from_config
 
 
 
-class Share(NamedTuple):
-    """One fuzz test's part of the >= 10,000 configs."""
-    runs: int  # pytest cases (the test's parametrization)
-    cases: int  # cases each of them tries (a loop bound or hypothesis max_examples)
-    least: dict  # outcome -> the fewest each pytest case must see
-    configs: bool = True  # its cases are config files (they count toward the 10,000)
 
 
 #: What the shares must add up to: >= 10,000 configs, > 500 mapped / unmapped / refused,
@@ -65,19 +58,13 @@ SHARES = {
     "test_marker_value_error_points_at_its_line": Share(1, 500, {
         "mapped": 100, "unmapped": 50, "lines_checked": 100}),
     "test_json_lines_match_the_dumped_layout": Share(1, 300, {"lines_checked": 1000},
-                                                     configs=False),
+                                                     counted=False),
     "test_cli_and_quantize_subset": Share(2, 100, {
         "mapped": 20, "unmapped": 10, "config_errors": 10, "models_quantized": 3,
         "models_refused": 3}),
 }
 
 
-def _ran_its_share(test: str, seen: collections.Counter) -> None:
-    """The pytest case of `test` that counted `seen` tried all its cases and met its minimums."""
-    share = SHARES[test]
-    assert seen["cases"] == share.cases, (test, dict(seen), share)
-    short = {k: (seen[k], n) for k, n in share.least.items() if seen[k] < n}
-    assert not short, (test, "seen, least:", short)
 
 
 MAX_MESSAGE = 4000  # a message lists every problem of a group, each value cut to 60 chars
@@ -166,7 +153,7 @@ def test_mutated_fixture_configs(catalog, workdir, seed):
         if want_line is not None:  # exactly one located refusal was made: it names its line
             assert outcome == "error" and line == want_line, (raw[:200], line, want_line)
             seen["lines_checked"] += 1
-    _ran_its_share("test_mutated_fixture_configs", seen)  # the located mutations did happen
+    ran_its_share(SHARES, "test_mutated_fixture_configs", seen)  # the located mutations did happen
 
 
 # --- generated from scratch: structurally plausible specs ----------------------------------------
@@ -174,7 +161,7 @@ def test_mutated_fixture_configs(catalog, workdir, seed):
 def test_generated_configs(catalog, workdir):
     seen = collections.Counter()
     _generated_config(catalog, workdir, seen)
-    _ran_its_share("test_generated_configs", seen)
+    ran_its_share(SHARES, "test_generated_configs", seen)
 
 
 @settings(derandomize=True, database=None, deadline=None,
@@ -194,7 +181,7 @@ def _generated_config(catalog, workdir, seen, cfg, indent):
 def test_marker_value_error_points_at_its_line(catalog, workdir):
     seen = collections.Counter()
     _marker_value(catalog, workdir, seen)
-    _ran_its_share("test_marker_value_error_points_at_its_line", seen)
+    ran_its_share(SHARES, "test_marker_value_error_points_at_its_line", seen)
 
 
 @settings(derandomize=True, database=None, deadline=None,
@@ -227,7 +214,7 @@ def _marker_value(catalog, workdir, seen, data):
 def test_json_lines_match_the_dumped_layout():
     seen = collections.Counter()
     _json_lines(seen)
-    _ran_its_share("test_json_lines_match_the_dumped_layout", seen)
+    ran_its_share(SHARES, "test_json_lines_match_the_dumped_layout", seen)
 
 
 @settings(derandomize=True, database=None, deadline=None,
@@ -285,21 +272,11 @@ def test_cli_and_quantize_subset(catalog, workdir, seed):
                 assert report.quantized
                 seen["models_quantized"] += 1
                 model(torch.randn(2, 64))
-    _ran_its_share("test_cli_and_quantize_subset", seen)
+    ran_its_share(SHARES, "test_cli_and_quantize_subset", seen)
 
 
 def test_tally_reaches_ten_thousand():
     """The declared shares promise >= 10,000 configs (the brief's number) and cover every fuzz
     test; each test asserts its own share when it runs, so this one reads no other's state."""
-    fuzz = {name for name in globals() if name.startswith("test_")} - {
-        "test_tally_reaches_ten_thousand"}
-    assert fuzz == set(SHARES), ("fuzz tests without a share:", fuzz - set(SHARES),
-                                 "shares without a test:", set(SHARES) - fuzz)
-    for name, share in SHARES.items():  # `runs` is what the parametrization makes
-        marks = [m for m in getattr(globals()[name], "pytestmark", []) if m.name == "parametrize"]
-        assert math.prod(len(list(m.args[1])) for m in marks) == share.runs, name
-    total = {"cases": sum(s.runs * s.cases for s in SHARES.values() if s.configs)}
-    for outcome in PROMISE.keys() - {"cases"}:
-        total[outcome] = sum(s.runs * s.least.get(outcome, 0) for s in SHARES.values())
+    total = check_declaration(SHARES, PROMISE, globals(), "test_tally_reaches_ten_thousand")
     print("config fuzz: declared cases and minimums", total)
-    assert all(total[k] >= n for k, n in PROMISE.items()), (total, PROMISE)

@@ -18,17 +18,16 @@ every fuzz test of this module has a share (an undeclared one fails it).
 import collections
 import contextlib
 import io
-import math
 import random
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 import yaml
 
+from fuzz_shares import Share, check_declaration, ran_its_share
 from registry.catalog import load_files
 from registry.cli import main
 from registry.contract import QuantKey
@@ -72,11 +71,6 @@ VALUES = ["42", "-1", "0", "3.5", ".inf", ".nan", "1e400", "99999999999999999999
           '"bad \\escape"', "{a: 1, a: 2}", "[1, 2", "%YAML 1.1", "@reserved", "`tick"]
 
 
-class Share(NamedTuple):
-    """One fuzz test's part of the >= 10,000 files."""
-    runs: int  # pytest cases (the test's parametrization)
-    cases: int  # files each of them tries (a loop bound or hypothesis max_examples)
-    least: dict  # outcome -> the fewest each pytest case must see
 
 
 #: What the shares must add up to: >= 10,000 files, > 200 valid, > 5,000 refused, >= 300 linted.
@@ -92,12 +86,6 @@ SHARES = {
 }
 
 
-def _ran_its_share(test: str, seen: collections.Counter) -> None:
-    """The pytest case of `test` that counted `seen` tried all its files and met its minimums."""
-    share = SHARES[test]
-    assert seen["cases"] == share.cases, (test, dict(seen), share)
-    short = {k: (seen[k], n) for k, n in share.least.items() if seen[k] < n}
-    assert not short, (test, "seen, least:", short)
 
 
 class HypothesisChoices:
@@ -226,7 +214,7 @@ def _check(path: Path, raw: bytes, seen: collections.Counter):
 def test_mutated_files_give_a_scheme_or_clean_findings(workdir):
     seen = collections.Counter()
     _mutated_file(workdir, seen)
-    _ran_its_share("test_mutated_files_give_a_scheme_or_clean_findings", seen)
+    ran_its_share(SHARES, "test_mutated_files_give_a_scheme_or_clean_findings", seen)
 
 
 @settings(derandomize=True, database=None, deadline=None,
@@ -275,7 +263,7 @@ def test_seeded_mutations_give_a_scheme_or_clean_findings(workdir, seed):
         path = d / f"{stem}.yaml"
         path.write_bytes(raw)
         _check(path, raw, seen)
-    _ran_its_share("test_seeded_mutations_give_a_scheme_or_clean_findings", seen)
+    ran_its_share(SHARES, "test_seeded_mutations_give_a_scheme_or_clean_findings", seen)
 
 
 # --- generated from scratch: structurally plausible scheme dicts, block and flow style ---------
@@ -309,7 +297,7 @@ scheme_dict = st.fixed_dictionaries({}, optional={
 def test_generated_scheme_dicts_give_a_scheme_or_clean_findings(workdir):
     seen = collections.Counter()
     _generated_dict(workdir, seen)
-    _ran_its_share("test_generated_scheme_dicts_give_a_scheme_or_clean_findings", seen)
+    ran_its_share(SHARES, "test_generated_scheme_dicts_give_a_scheme_or_clean_findings", seen)
 
 
 @settings(derandomize=True, database=None, deadline=None,
@@ -332,7 +320,7 @@ def _generated_dict(workdir, seen, doc, style, stem):
 def test_arbitrary_bytes_give_clean_findings(workdir):
     seen = collections.Counter()
     _arbitrary_bytes(workdir, seen)
-    _ran_its_share("test_arbitrary_bytes_give_clean_findings", seen)
+    ran_its_share(SHARES, "test_arbitrary_bytes_give_clean_findings", seen)
 
 
 @settings(derandomize=True, database=None, deadline=None,
@@ -353,15 +341,5 @@ def _arbitrary_bytes(workdir, seen, raw):
 def test_tally_reaches_ten_thousand():
     """The declared shares promise >= 10,000 files (the brief's number) and cover every fuzz
     test; each test asserts its own share when it runs, so this one reads no other's state."""
-    fuzz = {name for name in globals() if name.startswith("test_")} - {
-        "test_tally_reaches_ten_thousand"}
-    assert fuzz == set(SHARES), ("fuzz tests without a share:", fuzz - set(SHARES),
-                                 "shares without a test:", set(SHARES) - fuzz)
-    for name, share in SHARES.items():  # `runs` is what the parametrization makes
-        marks = [m for m in getattr(globals()[name], "pytestmark", []) if m.name == "parametrize"]
-        assert math.prod(len(list(m.args[1])) for m in marks) == share.runs, name
-    total = {"cases": sum(s.runs * s.cases for s in SHARES.values())}
-    for outcome in PROMISE.keys() - {"cases"}:
-        total[outcome] = sum(s.runs * s.least.get(outcome, 0) for s in SHARES.values())
+    total = check_declaration(SHARES, PROMISE, globals(), "test_tally_reaches_ten_thousand")
     print("scheme fuzz: declared cases and minimums", total)
-    assert all(total[k] >= n for k, n in PROMISE.items()), (total, PROMISE)
