@@ -1,8 +1,8 @@
 """The linear-kernel interface: declared acceptance (data) + prepare + apply.
 
-A kernel class points at its `KernelDecl` (kernels/declarations.py, or a plugin's; both looked
-up through kernels/kernel_table.py); acceptance is read from there by resolve, lint and the
-matrix, never re-implemented here. `prepare` turns a float weight
+A kernel class points at its `KernelDecl` (kernels/select/declarations.py, or a plugin's; both
+looked up through kernels/select/kernel_table.py); acceptance is read from there by resolve, lint
+and the matrix, never re-implemented here. `prepare` turns a float weight
 (or an already quantized `MXTensor`) into a `PreparedWeight` that also carries the static
 activation scale of a static activation key; `apply(x, prepared, bias)` runs the layer.
 """
@@ -14,11 +14,11 @@ from typing import Any, ClassVar, Optional
 import torch
 from torch import Tensor
 
-from kernels.declarations import KernelDecl
 from kernels.dispatch import activation_qdq, calibrate_act_scale
 from kernels.mx import MXTensor, check_device, check_float_input, mx_quantize
 from kernels.reference.fp8_tensor import check_act_scale
-from registry.contract import SchemeContract
+from kernels.select.declarations import KernelDecl
+from kernels.spec.contract import SchemeContract
 
 
 @dataclass
@@ -46,7 +46,7 @@ class LinearKernel:
 
     @property
     def decl(self) -> KernelDecl:
-        from kernels.kernel_table import kernel_by_name  # built-in and plugin kernels
+        from kernels.select.kernel_table import kernel_by_name  # built-in and plugin kernels
 
         return kernel_by_name(self.name)
 
@@ -76,7 +76,7 @@ class LinearKernel:
                 why = "the contract is outside its declared families"
             runs = "; ".join(f.note for f in self.decl.accepts)
             raise ValueError(f"kernel {self.name} does not implement {contract}: {why} (it "
-                             f"runs: {runs}); resolve the scheme (registry.resolve) to pick a "
+                             f"runs: {runs}); resolve the scheme (`registry resolve`) to pick a "
                              "kernel that does")
         wkey = contract.weight
         if isinstance(weight, MXTensor):
@@ -145,12 +145,13 @@ def _static_scale(contract: SchemeContract, act_scale: Any, calibration: Tensor 
 def load_kernel(name: str) -> LinearKernel:
     """An instance of the kernel called `name`, built-in or plugin (imports its `impl` module).
 
-    KeyError for an unknown name; kernels.kernel_table.KernelPluginError when a plugin is broken
+    KeyError for an unknown name; kernels.select.kernel_table.KernelPluginError when a plugin is
+    broken
     or a plugin kernel's `impl` does not import / is not a LinearKernel named `name`.
     """
     import importlib
 
-    from kernels.kernel_table import KernelPluginError, PluginProblem, kernel_table
+    from kernels.select.kernel_table import KernelPluginError, PluginProblem, kernel_table
 
     entry = kernel_table().entry(name)
     module, _, attr = entry.decl.impl.partition(":")

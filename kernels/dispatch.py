@@ -1,10 +1,11 @@
 """The one activation-QDQ dispatcher, keyed by the activation `QuantKey`.
 
 Linear and MoE paths call `activation_qdq(key)` and get the function that fake-quantizes
-activations for that key. The set of keys it serves is `kernels.activation_keys.DISPATCH_KEYS`
-(data that lint reads without torch); a key outside it raises `UnknownActivationKey` naming the
-key and the known keys. There is no pass-through: a scheme whose activation key is missing here
-cannot run (the vLLM bug where "mxfp6" QDQ was silently skipped).
+activations for that key. The set of keys it serves is
+`kernels.select.activation_keys.DISPATCH_KEYS` (data that lint reads without torch); a key
+outside it raises `UnknownActivationKey` naming the key and the known keys. There is no
+pass-through: a scheme whose activation key is missing here cannot run (the vLLM bug where
+"mxfp6" QDQ was silently skipped).
 """
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from kernels.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
 from kernels.mx import mx_qdq
 from kernels.reference.fp8_tensor import check_values, fp8_tensor_qdq
-from registry.contract import QuantKey
+from kernels.select.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
+from kernels.spec.contract import QuantKey
 
 #: (x, act_scale) -> x fake-quantized, same dtype and shape.
 ActivationQDQ = Callable[[Tensor, Optional[Tensor]], Tensor]

@@ -1,5 +1,8 @@
 """Public MoE layer: E experts with MX weights, top-k routing, one activation contract.
 
+This layer takes a `SchemeContract` (or a scheme carrying one in `.contract`); a scheme *name*
+is looked up by the registry layer above: `registry.MXGroupedExperts(weights, "w_mxfp4")`.
+
 `MXGroupedExperts` holds E expert weights [E, N, K] as ONE stacked MXTensor (codes
 [E, N, K-bytes] + e8m0 scales [E, N, K / 32]) and a scheme contract shared by every expert:
 the weight key and the activation key (None: weight-only), exactly as a linear layer. The
@@ -27,28 +30,27 @@ from torch import Tensor, nn
 
 from kernels.base import _static_scale
 from kernels.dispatch import activation_qdq
-from kernels.formats import BLOCK, FORMATS
 from kernels.mx import FLOAT_DTYPES, MXTensor, check_device, mx_quantize
 from kernels.reference.moe import check_routing, grouped_experts_reference, route
-from registry.contract import Scheme, SchemeContract
+from kernels.spec.contract import HasContract, SchemeContract, contract_of
+from kernels.spec.formats import BLOCK, FORMATS
 
 BACKENDS: tuple[str, ...] = ("auto", "reference", "triton")
-SchemeLike = str | Scheme | SchemeContract
+SchemeLike = HasContract | SchemeContract
 ExpertWeights = Tensor | MXTensor | Sequence[MXTensor]
 _WHERE = "MXGroupedExperts"
 
 
 def _contract_of(scheme: SchemeLike) -> SchemeContract:
-    if isinstance(scheme, SchemeContract):
-        return scheme
-    if isinstance(scheme, Scheme):
-        return scheme.contract
+    contract = contract_of(scheme)
+    if contract is not None:
+        return contract
     if isinstance(scheme, str):
-        from registry.catalog import load_schemes  # only when a name is given
-
-        return load_schemes().get(scheme).contract
-    raise TypeError(f"{_WHERE}: scheme must be a scheme name, a registry Scheme or a "
-                    f"SchemeContract, got {type(scheme).__name__}")
+        raise TypeError(f"{_WHERE}: kernels.moe takes a SchemeContract (or a scheme carrying one "
+                        f"in .contract), not the name {scheme!r}; for a scheme name or alias use "
+                        f"registry.MXGroupedExperts(weights, {scheme!r}), which looks it up")
+    raise TypeError(f"{_WHERE}: scheme must be a SchemeContract or a scheme carrying one in "
+                    f".contract (a registry Scheme), got {type(scheme).__name__}")
 
 
 def _check_backend(backend: str) -> str:

@@ -14,7 +14,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from kernels.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format, resolve_layout
+from kernels.spec.formats import (BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format,
+                                  resolve_layout)
 from kernels.reference import mx as reference_backend
 
 BACKENDS: tuple[str, ...] = ("auto", "reference", "triton")
@@ -28,7 +29,7 @@ class MXTensor:
 
     data:   uint8, shape[:-1] + (bytes_per_row(fmt, layout, K),)
     scales: uint8 E8M0 bytes (E + 127; 0xFF = NaN block), shape[:-1] + (K // 32,)
-    fmt, rounding: names from kernels.formats; shape: the original torch.Size;
+    fmt, rounding: names from kernels.spec.formats; shape: the original torch.Size;
     layout: "packed" / "unpacked" (None -> the format's default).
     """
 

@@ -10,6 +10,9 @@
     print(report)                             # layer, shape, scheme, kernel, fallback, reason
     save_quantized(model, "model.safetensors")
 
+    from registry import MXGroupedExperts
+    experts = MXGroupedExperts(weights, "w_mxfp4_a_mxfp4")          # [E, N, K] MoE experts
+
 Attributes are imported on first use, so `import registry` stays cheap; nothing here imports
 torch or triton (the model-level names import torch when first used).
 """
@@ -19,9 +22,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "QuantKey": "registry.contract",
-    "ScaleDesc": "registry.contract",
-    "SchemeContract": "registry.contract",
+    "QuantKey": "kernels.spec.contract",
+    "ScaleDesc": "kernels.spec.contract",
+    "SchemeContract": "kernels.spec.contract",
     "Scheme": "registry.contract",
     "Finding": "registry.errors",
     "SchemeLoadError": "registry.errors",
@@ -34,6 +37,7 @@ _EXPORTS = {
     "run_lint": "registry.lint",
     "LINT_CHECKS": "registry.lint",
     "MXLinear": "registry.layers",
+    "MXGroupedExperts": "registry.layers",
     "quantize_model": "registry.quantize",
     "plan_quantization": "registry.quantize",
     "QuantizationReport": "registry.quantize",

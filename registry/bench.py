@@ -21,8 +21,8 @@ import datetime as dt
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
+from kernels.spec.platform import Platform, driver_version
 from registry.catalog import Catalog
-from registry.platform import Platform, driver_version
 from registry.probe import MATCH_TOL
 from registry.timing import (  # noqa: F401  (median_ms / graph_ms: the scripts' one rule)
     _copies_needed, _is_cuda, copy_bandwidth, graph_ms, median_ms,
@@ -67,9 +67,9 @@ def plan_bench(catalog: Catalog, schemes: Sequence[str] | None,
                kernels: Sequence[str] | None, platform: Platform) -> tuple[list[Task], list[Skip]]:
     """What runs: per scheme x shape, the resolved kernel (kernels=None) or each forced kernel
     that runs here, accepts the contract and fits the shape; everything else as a Skip."""
-    from kernels.kernel_table import kernel_by_name, kernel_decls
+    from kernels.select.kernel_table import kernel_by_name, kernel_decls
     from registry.probe import runnable_here
-    from registry.resolve import ResolutionError, accepts, resolve
+    from kernels.select.resolve import ResolutionError, accepts, resolve
 
     known = [d.name for d in kernel_decls()]
     for name in kernels or ():
@@ -194,7 +194,7 @@ def run_bench(schemes: Sequence[str] | None = None,
     import torch
 
     from registry import load_schemes
-    from registry.platform import detect
+    from kernels.spec.platform import detect
 
     check_grid(shapes, ms, kernels)
     if _is_cuda(device) and not torch.cuda.is_available():

@@ -20,16 +20,16 @@ from typing import Any, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from kernels.formats import BLOCK, bytes_per_row, get_format, resolve_layout
 from kernels.mx import MXTensor
+from kernels.spec.formats import BLOCK, bytes_per_row, get_format, resolve_layout
 from registry.catalog import Catalog, load_schemes
 from registry.checkpoint_file import (
     FORMAT_VERSION, LAYERS_KEY, VERSION_KEY, CheckpointError, PathLike, check_header, check_path,
     contract_digest, layer_meta, read_file,
 )
+from kernels.spec.platform import Platform
 from registry.contract import Scheme
 from registry.layers import MXLinear
-from registry.platform import Platform
 from registry.quantize import LayerRow, QuantizationReport
 
 

@@ -14,8 +14,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+from kernels.spec.env import SettingError, check_env_flags
 from registry.errors import Finding
-from registry.settings import SettingError, check_env_flags, registry_version
+from registry.settings import registry_version
 
 PROG = "registry"
 COMMAND_MODULES: list[str] = ["registry.commands", "registry.commands_kernels",

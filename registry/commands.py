@@ -6,9 +6,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernels.spec.contract import QuantKey
 from registry.catalog import Catalog, load_files
 from registry.cli import Command, UsageError, print_findings, print_json, register, table
-from registry.contract import QuantKey, Scheme
+from registry.contract import Scheme
 from registry.errors import Finding, UnknownSchemeError, display_path
 from registry.lint import run_lint
 from registry.loader import SchemeDir, read_dir, read_scheme_file, scheme_dirs
@@ -212,8 +213,8 @@ def _probe_kernels(text: str | None) -> list[str] | None:
     """--kernels K,...: names of kernels that run here, else a usage error (None: all)."""
     if text is None:
         return None
-    from kernels.kernel_table import KernelPluginError, kernel_table
-    from registry.platform import detect
+    from kernels.select.kernel_table import KernelPluginError, kernel_table
+    from kernels.spec.platform import detect
     from registry.probe import runnable_here
 
     names = [k.strip() for k in text.split(",") if k.strip()]
@@ -238,7 +239,7 @@ def _probe_kernels(text: str | None) -> list[str] | None:
 
 def record_or_warn(probed: list, who: str) -> str | None:
     """Record a probe run for `registry doctor`; a failure is a one-line warning, not a crash."""
-    from registry.platform import detect
+    from kernels.spec.platform import detect
     from registry.probe import record_path, record_probe
 
     plat = detect()

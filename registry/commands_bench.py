@@ -127,8 +127,8 @@ def _check_forced_kernels(catalog, schemes: list[str], kernels: list[str],
                           shapes: list[tuple[int, int]]) -> None:
     """--kernels that could never run a row are usage errors: one that implements none of the
     schemes, a named scheme none of them implements, a shape outside a kernel's limits."""
-    from kernels.kernel_table import kernel_by_name
-    from registry.resolve import accepts
+    from kernels.select.kernel_table import kernel_by_name
+    from kernels.select.resolve import accepts
 
     picked = [catalog.get(s) for s in schemes] if schemes else list(catalog.schemes.values())
     decls = [kernel_by_name(k) for k in kernels]
@@ -186,7 +186,7 @@ def _run(args: argparse.Namespace) -> int:
             catalog.get(name)
         except UnknownSchemeError as e:
             raise _fail(str(e)) from None
-    from kernels.kernel_table import KernelPluginError, kernel_decls
+    from kernels.select.kernel_table import KernelPluginError, kernel_decls
 
     try:
         known = [d.name for d in kernel_decls()]

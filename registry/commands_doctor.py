@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
 def _probe_now(catalog) -> list[str]:
     """Probe every pair that runs here and record it; the problems the record cannot carry
     (no torch, a broken plugin, a record that could not be written)."""
-    from kernels.kernel_table import KernelPluginError
+    from kernels.select.kernel_table import KernelPluginError
     from registry.commands import record_or_warn
     from registry.doctor import import_error
 

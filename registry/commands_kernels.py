@@ -4,14 +4,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kernels.spec.platform import KNOWN_PLATFORMS, Platform, detect
 from registry.catalog import Catalog
 from registry.cli import Command, UsageError, print_json, register, table
 from registry.commands import catalog_of
 from registry.contract import Scheme
 from registry.errors import UnknownSchemeError
-from registry.platform import KNOWN_PLATFORMS, Platform, detect
-from registry.resolve import (ENV_DISABLED, Resolution, ResolutionError, env_disabled, accepts,
-                              check_kernel_names, resolve)
+from kernels.select.resolve import (ENV_DISABLED, Resolution, ResolutionError, env_disabled,
+                                    accepts, check_kernel_names, resolve)
 
 
 def _mode(res: Resolution, err: str | None) -> str:
@@ -40,7 +40,7 @@ def _kernel_list(text: str | None) -> list[str]:
 def _check_kernels(args: argparse.Namespace) -> None:
     """Unknown --disable / --force names are usage errors naming the option used (plugin
     kernels count as known; a broken plugin is reported by resolve itself)."""
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     known = kernel_table().names
     try:
@@ -228,7 +228,7 @@ def _matrix_args(p: argparse.ArgumentParser) -> None:
 def matrix_cells(catalog: Catalog, plat: Platform) -> list[dict[str, Any]]:
     """One cell per (scheme, kernel): accepted or the reason, chosen, verified on hardware,
     and where the kernel came from (built-in or a plugin). KernelPluginError if one is broken."""
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     ktable = kernel_table()
     ktable.check()
@@ -261,7 +261,7 @@ def _matrix_kernels(ktable) -> list[dict[str, Any]]:
 
 
 def _matrix_plugins(ktable) -> dict[str, Any]:
-    from kernels.kernel_table import ENTRY_POINT_GROUP
+    from kernels.select.kernel_table import ENTRY_POINT_GROUP
 
     return {"group": ENTRY_POINT_GROUP, "enabled": ktable.plugins_enabled,
             "entry_points": [{"dist": o.dist, "entry_point": o.entry_point, "value": o.value}
@@ -272,7 +272,7 @@ def _matrix_plugins(ktable) -> dict[str, Any]:
 def _run_matrix(args: argparse.Namespace) -> int:
     import sys
 
-    from kernels.kernel_table import BUILTIN, BUILTIN_MODULE, kernel_table
+    from kernels.select.kernel_table import BUILTIN, BUILTIN_MODULE, kernel_table
 
     catalog = catalog_of(args)
     plat, how = _platform(args)

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from kernels.spec.platform import Platform, detect, driver_version
 from registry.catalog import Catalog
-from registry.platform import Platform, detect, driver_version
 from registry.probe import (
     ENV_CACHE_DIR, VERSION_KEYS, interpreted_here, read_record, record_path, runtime_versions,
     stale_versions,
@@ -46,7 +46,7 @@ class KernelFacts:
     runs_here: bool
     reason: str  # why not (one short line), or how ("Triton interpreter")
     native: bool  # on MX hardware here; else emulated
-    verified_on: list[str]  # declared (kernels.declarations)
+    verified_on: list[str]  # declared (kernels.select.declarations)
     verified_here: bool  # a declared verified_on entry matches this platform
     probed: Optional[dict[str, Any]]  # {ok, total, failed: [scheme: message]} from the record
 
@@ -169,7 +169,7 @@ def _gpu_facts(env: dict[str, Any]) -> None:
 
 def disabled_names() -> list[str]:
     """The kernel names of REGISTRY_DISABLED_KERNELS, read as resolve reads them."""
-    from registry.resolve import env_disabled
+    from kernels.select.resolve import env_disabled
 
     return list(env_disabled())
 
@@ -196,7 +196,7 @@ def _why_not_loaded(name: str, torch_ok: bool) -> Optional[str]:
 def kernel_facts(plat: Platform, torch_ok: bool, record: Optional[dict[str, Any]]
                  ) -> tuple[list[KernelFacts], list[str]]:
     """One row per kernel of the table, and the broken plugins (one line each)."""
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     table = kernel_table()
     problems = [str(p) for p in table.problems]
@@ -247,7 +247,7 @@ def record_facts(path: Path, record: Optional[dict[str, Any]], problem: Optional
 
 def gather(catalog: Optional[Catalog] = None) -> DoctorReport:
     """Every fact doctor prints, and the problems / warnings that decide its exit code."""
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     plat, how = detect_platform()
     env = environment_facts(plat, how)

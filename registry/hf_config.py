@@ -36,8 +36,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
+from kernels.spec.contract import QuantKey, SchemeContract, activation_problems, plain_message
 from registry.catalog import Catalog, load_schemes
-from registry.contract import QuantKey, Scheme, SchemeContract, _plain, activation_problems
+from registry.contract import Scheme
 from registry.errors import display_path
 from registry.hf_claims import ClaimError, decide, shared_targets
 from registry.hf_compressed import read_compressed
@@ -296,7 +297,7 @@ def _contract_of(weight: SpecReading, act: Optional[SpecReading]) -> tuple[
                 key = spec.key()
             except ValueError as e:
                 problems.append((spec.loc, f"{spec.field}: does not form a valid "
-                                           f"{spec.role} key: {_plain(e)}"))
+                                           f"{spec.role} key: {plain_message(e)}"))
         keys.append(key)
     if act is not None and keys[1] is not None:
         for _f, text in activation_problems(keys[1].scale.format, keys[1].static):

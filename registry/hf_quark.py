@@ -41,7 +41,7 @@ _QSCHEMES = {"per_group": "block", "per_block": "block", "per_tensor": "tensor",
 
 def _enhanced_is_rceil(fmt: str) -> bool:
     """Quark's "enhanced" divides by (2 - 2^-mbits) * 2^emax; rceil by the max normal."""
-    from kernels.formats import FORMATS
+    from kernels.spec.formats import FORMATS
 
     f = FORMATS.get(fmt)
     return f is not None and not f.is_int and (2 - 2.0 ** -f.mbits) * 2.0 ** f.emax == f.max_normal

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from registry.contract import QuantKey, ScaleDesc
+from kernels.spec.contract import QuantKey, ScaleDesc
 from registry.json_lines import JsonPath, one_line, shorten
 
 #: The QuantKey fields a producer's spec is read into (dotted as in scheme YAML).

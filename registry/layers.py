@@ -1,10 +1,11 @@
-"""`MXLinear`: an nn.Linear replacement holding an MX weight and the kernel resolved for it.
+"""`MXLinear`: an nn.Linear replacement holding an MX weight and the kernel resolved for it;
+`MXGroupedExperts`: kernels.moe's MoE layer, taking a scheme name or alias too.
 
 The kernel is resolved once, when the layer is built, for the platform of the device its tensors
-live on (`registry.resolve.resolve`), and the weight is prepared for it once. The state the layer
-keeps in `state_dict()` is the checkpoint's: `weight` (element codes, uint8, as the MXTensor
-stores them), `weight_scale` (E8M0 bytes, uint8), `bias`, and `input_scale` (fp32, static
-activation keys only).
+live on (`kernels.select.resolve.resolve`), and the weight is prepared for it once. The state
+the layer keeps in `state_dict()` is the checkpoint's: `weight` (element codes, uint8, as the
+MXTensor stores them), `weight_scale` (E8M0 bytes, uint8), `bias`, and `input_scale` (fp32,
+static activation keys only).
 
 Device / dtype rule: an MXLinear never runs a kernel resolved for another platform. `.to()`,
 `.cuda()`, `.half()` ... move the buffers and then resolve again for the new device's platform
@@ -24,12 +25,14 @@ from typing import Any, Iterable, Optional
 import torch
 from torch import Tensor, nn
 
+from kernels import moe
 from kernels.base import LinearKernel, PreparedWeight, load_kernel
 from kernels.mx import MXTensor
+from kernels.select.resolve import Resolution, log_resolution, resolve
+from kernels.spec.contract import MX_BLOCK
+from kernels.spec.platform import Platform, platform_of
 from registry.catalog import Catalog, load_schemes
-from registry.contract import MX_BLOCK, Scheme
-from registry.platform import Platform, platform_of
-from registry.resolve import Resolution, log_resolution, resolve
+from registry.contract import Scheme
 
 #: Activation dtypes a layer can be resolved for (the kernels' declared limits name these).
 ACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -60,6 +63,19 @@ def scheme_of(scheme: Scheme | str, catalog: Optional[Catalog] = None) -> Scheme
         raise TypeError(f"scheme must be a scheme name, an alias or a registry Scheme, got "
                         f"{type(scheme).__name__}")
     return (catalog if catalog is not None else load_schemes()).get(scheme)
+
+
+class MXGroupedExperts(moe.MXGroupedExperts):
+    """kernels.moe.MXGroupedExperts that also takes a scheme name or alias, looked up in
+    `catalog` (default: every scheme directory) with the catalog's refusals: an unknown name,
+    a name defined twice, a broken file. `MXGroupedExperts(weights, "w_mxfp4_a_mxfp4")`; a
+    registry Scheme or a SchemeContract is taken as kernels.moe takes it."""
+
+    def __init__(self, weights: moe.ExpertWeights, scheme: Scheme | moe.SchemeLike | str, *,
+                 catalog: Optional[Catalog] = None, **options: Any) -> None:
+        if isinstance(scheme, str):
+            scheme = scheme_of(scheme, catalog)
+        super().__init__(weights, scheme, **options)
 
 
 def _dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]:
@@ -280,4 +296,4 @@ class MXLinear(nn.Module):
         return self.kernel.apply(x, self._prepared, self.bias)
 
 
-__all__ = ["MXLinear", "platform_for_device", "scheme_of"]
+__all__ = ["MXGroupedExperts", "MXLinear", "platform_for_device", "scheme_of"]

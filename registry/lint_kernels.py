@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from kernels.select.resolve import ResolutionError, describe_keys, resolve
 from registry.catalog import Catalog
 from registry.errors import Finding, error
-from registry.resolve import ResolutionError, describe_keys, resolve
 
 LINT_PLATFORMS: tuple[str, ...] = ("cpu", "cuda:sm90")
 
 
 def check_dispatcher_entries(catalog: Catalog) -> Iterable[Finding]:
     """A scheme whose activation key the dispatcher lacks would run unquantized: refuse it."""
-    from kernels.activation_keys import DISPATCH_KEYS
+    from kernels.select.activation_keys import DISPATCH_KEYS
 
     for s in catalog.loaded:
         key = s.activation
@@ -30,7 +30,7 @@ def check_dispatcher_entries(catalog: Catalog) -> Iterable[Finding]:
 
 def check_kernel_plugins(catalog: Catalog) -> Iterable[Finding]:
     """A broken kernel plugin is an error at its entry point (entry_points.txt:line)."""
-    from kernels.kernel_table import ENTRY_POINT_GROUP, kernel_table
+    from kernels.select.kernel_table import ENTRY_POINT_GROUP, kernel_table
 
     for p in kernel_table().problems:
         where = p.origin.path or f"<entry-point group {ENTRY_POINT_GROUP}>"
@@ -44,7 +44,7 @@ def check_resolves(catalog: Catalog) -> Iterable[Finding]:
     (check_kernel_plugins), then one short error per scheme naming the plugins (so a
     `registry lint FILE` scoped to a scheme file still shows it), not one per platform.
     """
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     problems = kernel_table().problems
     if problems:

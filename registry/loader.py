@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple
 
-from registry.contract import (
-    ELEMENT_FORMATS, SCALE_FORMATS, QuantKey, ScaleDesc, Scheme, SchemeContract,
-    activation_problems, key_problems, scale_defaults, scale_problems,
-)
+from kernels.spec.contract import (ELEMENT_FORMATS, SCALE_FORMATS, QuantKey, ScaleDesc,
+                                   SchemeContract, activation_problems, key_problems,
+                                   scale_defaults, scale_problems)
+from registry.contract import Scheme
 from registry.errors import Finding, display_path, error, warning
 from registry.names import Claim
 from registry.schema import (
@@ -127,7 +127,7 @@ def _read_text(path: Path) -> tuple[str, None] | tuple[None, tuple[int, str]]:
 
 
 def _rule_problems(data: dict) -> list[tuple[tuple, str]]:
-    """The MX rules (registry.contract) for each weight / activation, reading only the fields
+    """The MX rules (kernels.spec.contract) for each weight / activation, reading only the fields
     that are well formed (the malformed ones are already reported)."""
     out: list[tuple[tuple, str]] = []
     for role in ROLES:

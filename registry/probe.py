@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from kernels.select.resolve import accepts
+from kernels.spec.platform import Platform, detect
 from registry.catalog import Catalog
 from registry.errors import Finding, error
-from registry.platform import Platform, detect
-from registry.resolve import accepts
 from registry.settings import registry_version
 
 # One bf16 ulp (2^-8) bounds a kernel's norm-wise error against the fp32-accumulated oracle
@@ -50,7 +50,7 @@ class ProbeResult:
 
 def runnable_here(plat: Platform) -> list[str]:
     """Kernels listed for this platform; on CPU, Triton ones too when TRITON_INTERPRET=1."""
-    from kernels.kernel_table import candidates_for, kernel_decls
+    from kernels.select.kernel_table import candidates_for, kernel_decls
 
     names = [d.name for d in candidates_for(plat)]
     names += [d.name for d in kernel_decls()
@@ -133,7 +133,7 @@ def run_probe(catalog: Catalog, platform: Platform | None = None,
     of the catalog's schemes), probed."""
     import torch
 
-    from kernels.kernel_table import kernel_by_name
+    from kernels.select.kernel_table import kernel_by_name
 
     plat = platform or detect()
     device = "cuda" if plat.vendor in ("cuda", "rocm") else ("xpu" if plat.vendor == "xpu"

@@ -25,13 +25,14 @@ from typing import Any, Callable, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
+from kernels.select.resolve import Resolution, ResolutionError, resolve
+from kernels.spec.contract import MX_BLOCK
+from kernels.spec.platform import Platform, platform_of
 from registry.catalog import Catalog, load_schemes
 from registry.cli import table
-from registry.contract import MX_BLOCK, Scheme
+from registry.contract import Scheme
 from registry.layer_patterns import LayerPatterns, check_shared_names, module_class_names
 from registry.layers import MXLinear, platform_for_device, scheme_of
-from registry.platform import Platform, platform_of
-from registry.resolve import Resolution, ResolutionError, resolve
 
 SchemeSpec = Union[Scheme, str, Mapping[str, Union[Scheme, str]]]
 Calibration = Union[Callable[[nn.Module], Any], Tensor, tuple, list, Mapping]
@@ -50,7 +51,7 @@ class LayerRow:
     fallback: bool
     quantized: bool
     reason: str
-    deviations: tuple[str, ...] = ()  # registry.resolve.Deviation lines: why not the first choice
+    deviations: tuple[str, ...] = ()  # resolve's Deviation lines: why not the first choice
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -17,10 +17,10 @@ from typing import Any, Mapping, Optional, Union
 
 from torch import nn
 
+from kernels.spec.platform import Platform
 from registry.catalog import Catalog
 from registry.hf_config import group_for_module, schemes_from_config
 from registry.json_lines import one_line
-from registry.platform import Platform
 from registry.quantize import QuantizationReport, quantize_model
 
 

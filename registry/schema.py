@@ -2,7 +2,7 @@
 translation of pydantic's errors into messages that name the fix.
 
 The file models check shape and spelling (keys, types, choices); the MX rules that tie fields
-together live in `registry.contract` and are applied by the loader afterwards. The exported
+together live in `kernels.spec.contract` and are applied by the loader afterwards. The exported
 JSON Schema (`json_schema`) carries those rules too (registry.schema_rules), for validators that
 see only the schema.
 """
@@ -17,10 +17,9 @@ from pydantic import (
     BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError,
 )
 
-from registry.contract import (
-    ELEMENT_FORMATS, GRANULARITIES, MX_BLOCK, ROUNDINGS, SCALE_FORMATS,
-    ElementFormat, Granularity, Rounding, ScaleFormat, did_you_mean,
-)
+from kernels.spec.contract import (ELEMENT_FORMATS, GRANULARITIES, MX_BLOCK, ROUNDINGS,
+                                   SCALE_FORMATS, ElementFormat, Granularity, Rounding,
+                                   ScaleFormat, did_you_mean)
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_]*$"
 NAME_MAX = 64

@@ -1,15 +1,15 @@
 """The rules that tie a scheme file's fields together, written as JSON Schema.
 
 The pydantic file models (registry.schema) only describe shapes and spellings; `registry lint`
-also applies the MX rules of registry.contract and the kernel table's (the activation-QDQ
-dispatcher's keys, and a kernel on each lint platform). An editor or a CI validator sees only the
-exported JSON Schema, so every one of those rules that JSON Schema can express is added here
+also applies the MX rules of kernels.spec.contract and the kernel table's (the activation-QDQ
+dispatcher's keys, and a kernel on each lint platform). An editor or a CI validator sees only
+the exported JSON Schema, so every one of those rules that JSON Schema can express is added here
 as `if` / `then` / `const`: a file the exported schema accepts is a file lint passes.
 
 The keys each role may hold are not written out by hand: they are read from the built-in kernel
-declarations (`kernels.declarations`, data only), as `registry.lint_kernels` reads them, and
-the contract rules (`QuantKey` refuses what `registry.contract` refuses). Kernel plugins are
-left out, so the exported schema is the same on every machine.
+declarations (`kernels.select.declarations`, data only), as `registry.lint_kernels` reads
+them, and the contract rules (`QuantKey` refuses what `kernels.spec.contract` refuses). Kernel
+plugins are left out, so the exported schema is the same on every machine.
 """
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ import functools
 import itertools
 from typing import Any, Iterable, Optional
 
-from registry.contract import (
-    ELEMENT_FORMATS, GRANULARITIES, MX_BLOCK, MX_FORMATS, ROUNDINGS, SCALE_FORMATS, QuantKey,
-    SchemeContract, activation_problems, key_problems, scale_problems,
-)
+from kernels.spec.contract import (ELEMENT_FORMATS, GRANULARITIES, MX_BLOCK, MX_FORMATS, ROUNDINGS,
+                                   SCALE_FORMATS, QuantKey, SchemeContract, activation_problems,
+                                   key_problems, scale_problems)
 
 Schema = dict[str, Any]
 
@@ -38,7 +37,7 @@ def _one_of(values: Iterable[Any]) -> Schema:
 
 
 # ---------------------------------------------------------------------------------------------
-# registry.contract's rules (scale_problems, key_problems)
+# kernels.spec.contract's rules (scale_problems, key_problems)
 # ---------------------------------------------------------------------------------------------
 
 def scale_rules() -> list[Schema]:
@@ -81,7 +80,7 @@ def tensor_rules() -> list[Schema]:
 
 @functools.lru_cache(maxsize=None)
 def valid_keys() -> tuple[QuantKey, ...]:
-    """Every key registry.contract accepts (a small, finite set), found by its own rules."""
+    """Every key kernels.spec.contract accepts (a small, finite set), found by its own rules."""
     out = []
     for fmt, sfmt, gran, rnd, static in itertools.product(
             ELEMENT_FORMATS, SCALE_FORMATS, GRANULARITIES, (None,) + ROUNDINGS, (True, False)):
@@ -98,11 +97,11 @@ def lint_keys() -> tuple[frozenset[QuantKey], frozenset[Optional[QuantKey]]]:
     """(weight keys, activation keys, None meaning `none`) of the contracts that pass lint's
     kernel checks: the dispatcher has the activation key and a built-in kernel implements the
     contract on every lint platform."""
-    from kernels.activation_keys import DISPATCH_KEYS
-    from kernels.declarations import KERNELS
+    from kernels.select.activation_keys import DISPATCH_KEYS
+    from kernels.select.declarations import KERNELS
     from registry.lint_kernels import LINT_PLATFORMS
-    from registry.platform import platform_of
-    from registry.resolve import accepts
+    from kernels.spec.platform import platform_of
+    from kernels.select.resolve import accepts
 
     platforms = [platform_of(p) for p in LINT_PLATFORMS]
     acts = [None] + [k for k in valid_keys() if k in DISPATCH_KEYS

@@ -1,49 +1,21 @@
-"""What this installation is and how the environment switches it: the version, the REGISTRY_* switches.
+"""What this installation is: its distribution name and version.
 
-Every on/off REGISTRY_* variable is read here, by `env_flag`, so `REGISTRY_STRICT=enable` is
-refused in one line everywhere (resolve, quantize_model, MXLinear, the kernel table, the CLI)
-instead of silently meaning "off". Nothing here imports torch, triton or another registry module.
+The REGISTRY_* on/off switches (`env_flag`, `SettingError`, `ENV_STRICT`, ...) are read in
+kernels/spec/env.py, the bottom layer, and re-exported here under their old path. Nothing here
+imports torch, triton or another registry module.
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
+
+from kernels.spec.env import *  # noqa: F401,F403 - the switches, under their old path
+from kernels.spec.env import __all__ as _SWITCHES
+
+__all__ = [*_SWITCHES, "DIST_NAME", "registry_version"]
 
 DIST_NAME = "ocp-mx-registry"
-ENV_STRICT = "REGISTRY_STRICT"
-ENV_DISABLE_PLUGINS = "REGISTRY_DISABLE_PLUGINS"
-#: The on/off variables `check_env_flags` checks (what each one turns on).
-ENV_FLAGS: tuple[str, ...] = (ENV_STRICT, ENV_DISABLE_PLUGINS)
-#: Accepted spellings, compared case-insensitively after stripping blanks; unset means off.
-TRUE_WORDS: tuple[str, ...] = ("1", "true", "yes", "on")
-FALSE_WORDS: tuple[str, ...] = ("0", "false", "no", "off", "")
-
-
-class SettingError(ValueError):
-    """An environment variable holds a value the registry does not know (one line)."""
-
-
-def env_flag(name: str, environ: Optional[Mapping[str, str]] = None) -> bool:
-    """The on/off value of `name` (unset: off); SettingError for any other spelling."""
-    raw = (os.environ if environ is None else environ).get(name)
-    if raw is None:
-        return False
-    word = raw.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise SettingError(
-        f"{name}={raw!r} is not an on/off value; use {'/'.join(TRUE_WORDS)} for on, "
-        f"{'/'.join(w for w in FALSE_WORDS if w)} or empty / unset for off (any case)")
-
-
-def check_env_flags(environ: Optional[Mapping[str, str]] = None) -> None:
-    """SettingError for the first REGISTRY_* on/off variable with an unknown value."""
-    for name in ENV_FLAGS:
-        env_flag(name, environ)
 
 
 def registry_version() -> str:

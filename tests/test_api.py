@@ -10,9 +10,9 @@ import torch
 import kernels.mx as api
 from conftest import DEVICE
 from kernels import MXTensor, mx_dequantize, mx_qdq, mx_quantize
-from kernels.formats import FORMATS, LAYOUTS, ROUNDINGS
 from kernels.reference import mx as reference_backend
 from kernels.reference.packing import pack_codes, unpack_codes
+from kernels.spec.formats import FORMATS, LAYOUTS, ROUNDINGS
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 FMT_LAYOUTS = [(name, layout) for name, f in FORMATS.items() for layout in LAYOUTS if f.bits < 8 or layout == "unpacked"]

@@ -24,10 +24,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.activation_keys import FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
 from kernels.dispatch import activation_qdq, calibrate_act_scale
 from kernels.mx import MXTensor, mx_dequantize, mx_qdq, mx_quantize
 from kernels.reference.fp8_tensor import check_act_scale, fp8_tensor_qdq
+from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(),

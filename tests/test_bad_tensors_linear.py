@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.activation_keys import FP8_STATIC_TENSOR_KEY
 from kernels.base import load_kernel
 from kernels.mx import MXTensor, mx_quantize
+from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY
+from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import linear_dot_scaled, linear_emulation, mx_quant
 from kernels.triton.linear_emulation import fused_linear
-from registry.contract import QuantKey, SchemeContract
 from test_bad_tensors_codec import BAD_DTYPES, NEEDS_CUDA, bits, one_line_error
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -15,7 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from kernels.moe import MXGroupedExperts
+from registry import MXGroupedExperts
 from kernels.mx import mx_quantize
 from registry.checkpoint import CheckpointError, load_quantized, save_quantized
 from registry.layers import MXLinear

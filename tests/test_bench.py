@@ -19,10 +19,10 @@ from test_plugins import install  # noqa: F401 - the fixture that installs the f
 
 from kernels.base import load_kernel
 from kernels.reference.linear import DequantWeightOnlyLinear
+from kernels.select.resolve import resolve
+from kernels.spec.platform import Platform
 from registry import bench, commands_bench, load_schemes
 from registry.cli import main
-from registry.platform import Platform
-from registry.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [(64, 64)]

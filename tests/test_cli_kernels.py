@@ -110,7 +110,7 @@ def test_probe_catches_a_skipped_activation_qdq(monkeypatch):
     """The vLLM bug, reproduced: a kernel that skips the activation QDQ fails the probe."""
     from kernels.reference.linear import ReferenceEmulationLinear
     from registry import load_schemes
-    from registry.platform import Platform
+    from kernels.spec.platform import Platform
     from registry.probe import probe_pair
 
     monkeypatch.setattr(ReferenceEmulationLinear, "qdq_activation",

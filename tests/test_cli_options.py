@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from kernels.select.resolve import REASON_CHARS
+from kernels.spec.env import ENV_FLAGS, FALSE_WORDS, TRUE_WORDS, SettingError, env_flag
+from kernels.spec.platform import KNOWN_PLATFORMS, Platform
 from registry.cli import main
-from registry.platform import KNOWN_PLATFORMS, Platform
-from registry.resolve import REASON_CHARS
-from registry.settings import (DIST_NAME, ENV_FLAGS, FALSE_WORDS, TRUE_WORDS, SettingError,
-                               _source_tree_version, env_flag)
+from registry.settings import DIST_NAME, _source_tree_version
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,7 @@ def test_python_m_registry_version_imports_no_torch(monkeypatch):
 def test_resolve_with_a_named_platform_imports_no_torch(argv):
     out = _torch_free(argv)
     assert out.returncode == 0, out.stderr
-    assert "registry.resolve" in _imported(out.stderr)
+    assert "kernels.select.resolve" in _imported(out.stderr)
     assert not [m for m in _imported(out.stderr) if m.split(".")[0] in ("torch", "triton")]
 
 
@@ -117,7 +117,7 @@ def test_every_documented_spelling_is_read(monkeypatch, word):
 
 
 def test_a_bad_disable_plugins_value_is_refused_by_the_kernel_table(monkeypatch):
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     monkeypatch.setenv("REGISTRY_DISABLE_PLUGINS", "sure")
     with pytest.raises(SettingError, match="^REGISTRY_DISABLE_PLUGINS='sure' is not an on/off"):
@@ -164,7 +164,7 @@ def test_a_layer_reports_an_unlisted_detected_platform():
 
 
 def test_every_platform_a_kernel_declares_can_be_named():
-    from kernels.declarations import KERNELS
+    from kernels.select.declarations import KERNELS
 
     exact = {r for d in KERNELS
              for r in d.platforms + d.native_on + d.verified_on

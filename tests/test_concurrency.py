@@ -21,16 +21,16 @@ from typing import Any, Callable
 import pytest
 import torch
 
-import kernels.kernel_table as kt
+import kernels.select.kernel_table as kt
 from kernels.base import LinearKernel, PreparedWeight, load_kernel
 from kernels.moe import MXGroupedExperts
+from kernels.select.resolve import ResolutionError, resolve
+from kernels.spec.platform import KNOWN_PLATFORMS, Platform
 from kernels.triton import linear_decode, linear_emulation
 from kernels.triton.linear_emulation import fused_linear
 from registry.catalog import load_schemes
 from registry.layers import MXLinear
-from registry.platform import KNOWN_PLATFORMS, Platform
 from registry.probe import runnable_here
-from registry.resolve import ResolutionError, resolve
 
 from conftest import DEVICE, load_tool  # Triton kernels: the GPU when there is one, else the interpreter
 

@@ -1,35 +1,57 @@
 """QuantKey / ScaleDesc / SchemeContract: validity rules, hashing, the short string form."""
+import ast
 import itertools
 import json
 import subprocess
 import sys
+from pathlib import Path
+from typing import get_args
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from registry.contract import (
-    ELEMENT_FORMATS, GRANULARITIES, MX_BLOCK, MX_FORMATS, ROUNDINGS, SCALE_FORMATS,
-    QuantKey, ScaleDesc, Scheme, SchemeContract,
-)
+from kernels.spec.contract import (ELEMENT_FORMATS, GRANULARITIES, MX_BLOCK, MX_FORMATS, ROUNDINGS,
+                                   SCALE_FORMATS, QuantKey, ScaleDesc, SchemeContract)
+from registry.contract import Scheme
 
 
-def test_format_names_match_the_kernels_format_table():
-    import kernels.formats as kf
+def test_contract_names_are_derived_from_the_format_table():
+    """One place per concept: the contract's format / rounding names and block size come from
+    the format table (kernels/spec/formats.py); the Literal types pydantic validates with are
+    built from it, and the contract module's code never writes one of those names itself."""
+    import kernels.spec.contract as contract
+    import kernels.spec.formats as kf
 
+    assert ELEMENT_FORMATS == get_args(contract.ElementFormat) == \
+        tuple(kf.FORMATS) + kf.NON_MX_FORMATS == kf.ELEMENT_FORMATS
     assert set(ELEMENT_FORMATS) == set(kf.FORMATS) | {"fp8_e4m3"}
-    assert set(MX_FORMATS) == set(kf.FORMATS)
-    assert ROUNDINGS == kf.ROUNDINGS
+    assert MX_FORMATS == tuple(kf.FORMATS)
+    assert ROUNDINGS == get_args(contract.Rounding) == kf.ROUNDINGS
     assert MX_BLOCK == kf.BLOCK
+    for fmt, rounding in itertools.product(kf.FORMATS, kf.ROUNDINGS):  # the table validates
+        assert QuantKey.mx(fmt, rounding=rounding, static=True).is_mx
+    tree = ast.parse(Path(contract.__file__).read_text(encoding="utf-8"))
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    written = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+               and isinstance(n.value, str) and id(n) not in docs}
+    assert not written & set(kf.ELEMENT_FORMATS + kf.ROUNDINGS), \
+        "kernels/spec/contract.py restates names of the format table: derive them instead"
 
 
-def test_contract_module_imports_no_torch_triton_or_kernels():
+def test_contract_module_imports_no_torch_triton_or_kernel_code():
+    """The registry's contract, loader and catalog read the bottom vocabulary (kernels.spec)
+    and nothing else of `kernels`: no kernel code, no torch, no triton."""
     code = ("import sys, json; import registry.contract, registry.loader, registry.catalog; "
             "print(json.dumps(sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('torch', 'triton', 'kernels'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == []
+    imported = json.loads(out.stdout)
+    assert [m for m in imported if m != "kernels" and not m.startswith("kernels.spec")] == []
+    assert "kernels.spec.contract" in imported
 
 
 def _all_candidates():

@@ -26,14 +26,14 @@ import pytest
 import torch
 
 from kernels.base import load_kernel
-from kernels.formats import FORMATS, ROUNDINGS
-from kernels.kernel_table import kernel_by_name
 from kernels.moe import MXGroupedExperts
 from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
+from kernels.select.kernel_table import kernel_by_name
+from kernels.select.resolve import accepts
+from kernels.spec.formats import FORMATS, ROUNDINGS
 from registry.catalog import load_schemes
-from registry.probe import runnable_here
 from registry.layers import platform_for_device
-from registry.resolve import accepts
+from registry.probe import runnable_here
 
 from conftest import DEVICE, load_tool  # the GPU when there is one, else the CPU (Triton interpreter)
 

@@ -5,12 +5,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
 from kernels.base import PreparedWeight, load_kernel
 from kernels.dispatch import UnknownActivationKey, activation_qdq, calibrate_act_scale
 from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
+from kernels.select.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
+from kernels.spec.contract import QuantKey, ScaleDesc, SchemeContract
 from registry import load_schemes
-from registry.contract import QuantKey, ScaleDesc, SchemeContract
 
 CATALOG = load_schemes()
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 from test_plugins import install  # noqa: F401 - the fixture that installs the fake plugin
 
-from kernels.kernel_table import kernel_table
+from kernels.select.kernel_table import kernel_table
+from kernels.spec.platform import Platform
 from registry.cli import main
-from registry.platform import Platform
 from registry.probe import ENV_CACHE_DIR, cache_dir, record_path, runtime_versions
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,8 +31,8 @@ CPU = Platform("cpu")
 def cpu_host(monkeypatch):
     """Doctor as a CPU-only host sees it, on any machine (a GPU host too): platform detection
     answers cpu, so the probe runs on the CPU and the kernel table is the cpu one."""
+    import kernels.spec.platform
     import registry.doctor
-    import registry.platform
     import registry.probe
 
     def detect_cpu() -> Platform:
@@ -40,7 +40,7 @@ def cpu_host(monkeypatch):
 
         return CPU
 
-    for module in (registry.platform, registry.doctor, registry.probe):
+    for module in (kernels.spec.platform, registry.doctor, registry.probe):
         monkeypatch.setattr(module, "detect", detect_cpu)
 
 
@@ -289,7 +289,7 @@ def test_doctor_probe_runs_and_records(capsys, cache, monkeypatch):
     code, out, err = run(capsys, "doctor", "--probe")
     assert code == 0
     from registry.probe import record_path
-    from registry.platform import detect
+    from kernels.spec.platform import detect
 
     n = len(json.loads(record_path(detect()).read_text())["pairs"])
     assert n > 10 and f"probe: {n} of {n} (scheme, kernel) pairs verified" in err
@@ -305,7 +305,7 @@ def test_plugin_kernels_are_listed_with_their_source(capsys, install):  # noqa: 
     row = kernel_row(data, "acme-weight-only")
     assert row["source"] == "plugin acme-mx-kernels (entry point acme)"
     assert row["listed"] and row["runs_here"]
-    from registry.platform import detect
+    from kernels.spec.platform import detect
 
     first = kernel_row(data, "acme-first")  # declared for cuda:* only
     if detect().vendor == "cuda":
@@ -377,7 +377,7 @@ def test_no_torch_in_a_fresh_process(cache):
 
 def test_no_triton_on_a_gpu_platform(cache):
     """What-if cuda:sm90 without triton: the triton-* kernels are listed and cannot run."""
-    setup = ("import registry.doctor as d\nfrom registry.platform import Platform\n"
+    setup = ("import registry.doctor as d\nfrom kernels.spec.platform import Platform\n"
              "d.detect = lambda: Platform('cuda', 'sm90')")
     rc, data, _ = _doctor_subprocess("triton", cache, setup)
     env = data["environment"]

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from oracles import ML_DTYPES
-from kernels.formats import FORMATS, ElemFormat
 from kernels.reference.elements import decode, decode_e8m0, encode
 from kernels.reference.mx import quantize
+from kernels.spec.formats import FORMATS, ElemFormat
 
 FP_FORMATS = [FORMATS[name] for name in ML_DTYPES]
 INT8 = FORMATS["mxint8"]

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from hf_config_fixtures import EXPECTED, FIXTURES, GLOBAL, LAYER
+from kernels.select.resolve import resolve
 from registry.catalog import load_schemes
 from registry.cli import main
 from registry.errors import display_path
-from registry.resolve import resolve
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

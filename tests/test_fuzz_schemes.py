@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 import yaml
 
 from fuzz_shares import Share, check_declaration, ran_its_share
+from kernels.spec.contract import QuantKey
 from registry.catalog import load_files
 from registry.cli import main
-from registry.contract import QuantKey
 from registry.errors import display_path
 from registry.loader import SchemeDir, read_scheme_file
 

@@ -18,10 +18,10 @@ from triton.runtime.errors import OutOfResources
 from conftest import DEVICE
 from kernels.base import load_kernel
 from kernels.reference.linear import ReferenceEmulationLinear
+from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import fit
 from kernels.triton import linear_emulation as le
 from kernels.triton.linear_decode import DecodeConfig
-from registry.contract import QuantKey, SchemeContract
 
 
 def test_smaller_configs_drop_stages_first_then_halve_each_block():

@@ -25,12 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from kernels.base import load_kernel
-from kernels.declarations import KERNELS_BY_NAME
-from kernels.formats import get_format
 from kernels.mx import MXTensor, mx_dequantize, mx_quantize
 from kernels.reference.linear import ReferenceEmulationLinear
+from kernels.select.declarations import KERNELS_BY_NAME
+from kernels.spec.contract import QuantKey, SchemeContract
+from kernels.spec.formats import get_format
 from kernels.triton import linear_dot_scaled as lds
-from registry.contract import QuantKey, SchemeContract
 
 DECL = KERNELS_BY_NAME[lds.NAME]
 CONTRACTS = sorted(

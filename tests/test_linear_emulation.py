@@ -18,17 +18,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY
 from kernels.base import PreparedWeight, load_kernel
-from kernels.declarations import KERNELS_BY_NAME
 from kernels.dispatch import UnknownActivationKey, activation_qdq
-from kernels.formats import FORMATS
 from kernels.mx import MXTensor, mx_dequantize
 from kernels.reference.packing import pack_codes
+from kernels.select.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY
+from kernels.select.declarations import KERNELS_BY_NAME
+from kernels.spec.contract import QuantKey, ScaleDesc, SchemeContract
+from kernels.spec.formats import FORMATS
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_tiles as lt
 from kernels.triton.linear_emulation import TritonEmulationLinear, fused_linear
-from registry.contract import QuantKey, ScaleDesc, SchemeContract
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)

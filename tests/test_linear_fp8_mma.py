@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from kernels.base import load_kernel
-from kernels.declarations import KERNELS_BY_NAME
 from kernels.mx import MXTensor, mx_dequantize
+from kernels.select.declarations import KERNELS_BY_NAME
+from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton.linear_fp8_mma import MMAConfig, fp8_mma_linear
-from registry.contract import QuantKey, SchemeContract
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DECL = KERNELS_BY_NAME["triton-fp8-mma"]

@@ -1,4 +1,5 @@
-"""MXGroupedExperts (kernels.moe): the reference and the grouped Triton kernel, every scheme.
+"""MXGroupedExperts (kernels.moe; built here through registry.MXGroupedExperts, which also takes
+scheme names): the reference and the grouped Triton kernel, every scheme.
 
 Runs in Triton's CPU interpreter when there is no GPU (tests/conftest.py); shapes stay small.
 What is checked, and how tight:
@@ -24,12 +25,12 @@ import torch
 from kernels import dispatch
 from kernels.base import load_kernel
 from kernels.dispatch import UnknownActivationKey
-from kernels.moe import MXGroupedExperts
+from registry import MXGroupedExperts
 from kernels.mx import MXTensor
 from kernels.reference.moe import route
+from kernels.spec.contract import QuantKey, ScaleDesc, SchemeContract
 from kernels.triton import moe_grouped
 from registry.catalog import load_schemes
-from registry.contract import QuantKey, ScaleDesc, SchemeContract
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CATALOG = load_schemes()
@@ -419,6 +420,22 @@ def test_built_from_expert_mxtensors_or_a_name() -> None:
     assert torch.equal(from_list.weight_scales, mx.scales)
     assert (by_name.num_experts, by_name.out_features, by_name.in_features) == (3, 16, K)
     assert "experts=3" in repr(by_name)
+
+
+def test_the_kernels_layer_takes_a_contract_and_sends_names_to_the_registry() -> None:
+    """kernels.moe never reads scheme files: a contract or a Scheme works, a name is refused in
+    one line that names the registry's layer, which looks names up."""
+    from kernels import moe
+
+    w = torch.randn(2, 16, K)
+    scheme = CATALOG.get("w_mxfp4_a_mxfp4")
+    assert moe.MXGroupedExperts(w, scheme.contract, backend="reference").contract == \
+        scheme.contract
+    assert moe.MXGroupedExperts(w, scheme, backend="reference").contract == scheme.contract
+    assert issubclass(MXGroupedExperts, moe.MXGroupedExperts)
+    one_line_error(TypeError, r"use registry\.MXGroupedExperts\(weights, 'mxfp4'\)",
+                   moe.MXGroupedExperts, w, "mxfp4")
+    one_line_error(TypeError, "got int", moe.MXGroupedExperts, w, 4)
 
 
 def one_line_error(exc_type, match: str, fn, *args, **kwargs) -> None:

@@ -104,7 +104,7 @@ def test_quantize_model_refuses_the_repro(user_dir, monkeypatch):
 
 def test_grouped_experts_refuse_the_repro(user_dir, monkeypatch):
     torch = pytest.importorskip("torch")
-    from kernels.moe import MXGroupedExperts
+    from registry import MXGroupedExperts
 
     monkeypatch.setenv(ENV_VAR, str(user_dir))
     with pytest.raises(AmbiguousSchemeError) as info:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from kernels.spec.platform import KNOWN_PLATFORMS, Platform
 from registry.catalog import load_schemes
-from registry.platform import KNOWN_PLATFORMS, Platform
-from registry.resolve import (ENV_DISABLED, ENV_STRICT, STRICT_KINDS, ResolutionError, _steps,
-                              log_resolution, resolve)
+from kernels.select.resolve import (ENV_DISABLED, ENV_STRICT, STRICT_KINDS, ResolutionError,
+                                    _steps, log_resolution, resolve)
 
 REPO = Path(__file__).resolve().parent.parent
 PLATFORMS = list(KNOWN_PLATFORMS)
@@ -32,7 +32,7 @@ def _clean_env(monkeypatch):
 
 
 def _plain_choice(scheme, plat):
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     for decl in kernel_table().candidates_for(Platform.parse(plat)):
         if _steps(decl, Platform.parse(plat), scheme.contract, (), None, None)[0]:
@@ -154,7 +154,7 @@ ALLOWED = {
     ("registry/bench.py", "_run_task"): REPORTED + ": a FAIL / ERROR row, never timed",
     ("registry/bench.py", "_time_both"): REPORTED + ": the row's error",
     ("registry/bench.py", "environment"): "an absent optional module is recorded as absent",
-    ("registry/platform.py", "driver_version"): "the driver version is reported as unknown",
+    ("kernels/spec/platform.py", "driver_version"): "the driver version is reported as unknown",
     ("registry/bench.py", "plan_bench"): REPORTED + ": a skipped row with the reason",
     ("registry/cli.py", "main"): "usage errors, --help and closed pipes end the command",
     ("registry/cli.py", "_tolerant_output"): "an output stream without reconfigure stays as is",
@@ -186,8 +186,9 @@ ALLOWED = {
     ("registry/schema.py", "check_file"): REPORTED,
     ("registry/schema.py", "field_ok"): "answers whether a field is valid",
     ("registry/yaml_lines.py", "_scalar"): "a number YAML cannot convert stays text (reported)",
-    ("kernels/kernel_table.py", "_load"): REPORTED + ": the plugin's one-line problem",
-    ("kernels/kernel_table.py", "_origin"): "an unreadable entry_points.txt has no line number",
+    ("kernels/select/kernel_table.py", "_load"): REPORTED + ": the plugin's one-line problem",
+    ("kernels/select/kernel_table.py", "_origin"):
+        "an unreadable entry_points.txt has no line number",
     ("kernels/triton/linear_tiles.py", "_prepare_tensors"):
         "an unaligned fp6 buffer is copied dense: same bytes, same kernel",
     ("kernels/triton/mx_quant.py", "dequantize"):
@@ -286,7 +287,7 @@ def test_a_strict_value_it_does_not_know_is_refused_by_every_api(monkeypatch, va
 
     from registry.layers import MXLinear
     from registry.quantize import quantize_model
-    from registry.settings import SettingError
+    from kernels.spec.env import SettingError
 
     monkeypatch.setenv(ENV_STRICT, value)
     want = rf"{ENV_STRICT}='{value}' is not an on/off value; use 1/true/yes/on for on, "

@@ -14,17 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels.declarations as builtin
+import kernels.select.declarations as builtin
 from kernels.base import load_kernel
-from kernels.kernel_table import (
-    ENV_DISABLE_PLUGINS, KernelPluginError, candidates_for, kernel_by_name, kernel_decls,
-    kernel_table, reset_kernel_table, source_of,
-)
+from kernels.select.kernel_table import (ENV_DISABLE_PLUGINS, KernelPluginError, candidates_for,
+                                         kernel_by_name, kernel_decls, kernel_table,
+                                         reset_kernel_table, source_of)
+from kernels.select.resolve import ResolutionError, resolve
+from kernels.spec.platform import Platform
 from registry.catalog import load_schemes
 from registry.cli import main
 from registry.loader import ENV_VAR, shipped_dir
-from registry.platform import Platform
-from registry.resolve import ResolutionError, resolve
 
 PLUGIN_PKG = Path(__file__).parent / "plugin_pkg"
 ACME = {"acme": "acme_mx_kernels.decls:kernels"}
@@ -201,7 +200,7 @@ def test_cli_resolve_knows_plugin_kernel_names(install, capsys):
 def test_clash_with_a_builtin_kernel_names_both_sources(install, capsys):
     install("acme-clash", {"clash": "acme_mx_kernels.decls:CLASH"})
     msg = ("kernel 'triton-emulation' from plugin acme-clash (entry point clash) clashes with "
-           "the built-in kernel of kernels.declarations; rename one; fix or uninstall "
+           "the built-in kernel of kernels.select.declarations; rename one; fix or uninstall "
            "acme-clash, or set REGISTRY_DISABLE_PLUGINS=1 to load no kernel plugins")
     with pytest.raises(KernelPluginError) as e:
         kernel_decls()

@@ -17,12 +17,12 @@ from torch import nn
 import registry
 from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
 from kernels.reference.fp8_tensor import fp8_tensor_qdq
+from kernels.select.resolve import ResolutionError, resolve
+from kernels.spec.platform import Platform
 from registry.catalog import load_schemes
 from registry.errors import UnknownSchemeError
 from registry.layers import MXLinear, platform_for_device
-from registry.platform import Platform
 from registry.quantize import plan_quantization, quantize_model
-from registry.resolve import ResolutionError, resolve
 
 CATALOG = load_schemes()
 SCHEMES = sorted(CATALOG.schemes)

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from oracles import ML_DTYPES
-from kernels.formats import FORMATS, ROUNDINGS, ElemFormat
 from kernels.reference.mx import dequantize, qdq, quantize
+from kernels.spec.formats import FORMATS, ROUNDINGS, ElemFormat
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 F32_MAX = float(np.finfo(np.float32).max)

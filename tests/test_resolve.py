@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-import kernels.declarations as decls
+import kernels.select.declarations as decls
+from kernels.select.resolve import ResolutionError, accepts, resolve
+from kernels.spec.contract import QuantKey, ScaleDesc, SchemeContract
+from kernels.spec.platform import KNOWN_PLATFORMS, Platform
 from registry import load_schemes
-from registry.contract import QuantKey, ScaleDesc, SchemeContract
-from registry.platform import KNOWN_PLATFORMS, Platform
-from registry.resolve import ResolutionError, accepts, resolve
 
 CATALOG = load_schemes()
 ALL = sorted(CATALOG.schemes)
@@ -181,7 +181,7 @@ def test_declarations_are_torch_free():
     import subprocess
     import sys
 
-    code = ("import sys, kernels.declarations, registry.resolve;"
+    code = ("import sys, kernels.select.declarations, kernels.select.resolve, registry.resolve;"
             "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','triton')];"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -202,7 +202,7 @@ def test_family_platforms_narrow_a_kernel():
 def _every_error(platforms=KNOWN_PLATFORMS):
     """(message, resolution) of every refusal with the shipped kernels: each platform, each set
     of disabled kernels, strict or not."""
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     names = kernel_table().names
     offs = [off for r in range(len(names) + 1) for off in itertools.combinations(names, r)]
@@ -214,7 +214,7 @@ def _every_error(platforms=KNOWN_PLATFORMS):
 
 
 def test_cut_reason_cuts_before_an_open_detail_else_at_a_word():
-    from registry.resolve import REASON_CHARS, cut_reason
+    from kernels.select.resolve import REASON_CHARS, cut_reason
 
     short = "does not run on cpu (runs on cuda:sm90+)"
     assert cut_reason(short) == short
@@ -227,7 +227,7 @@ def test_cut_reason_cuts_before_an_open_detail_else_at_a_word():
 
 
 def test_resolve_errors_are_one_short_line_and_the_resolution_keeps_every_reason():
-    from registry.resolve import REASON_CHARS
+    from kernels.select.resolve import REASON_CHARS
 
     worst = {"no kernel": 0, "strict": 0}
     cut_somewhere = False
@@ -248,7 +248,7 @@ def test_resolve_errors_are_one_short_line_and_the_resolution_keeps_every_reason
 
 
 def test_every_kernel_disabled_is_a_short_line_naming_them_together():
-    from kernels.kernel_table import kernel_table
+    from kernels.select.kernel_table import kernel_table
 
     names = [d.name for d in kernel_table().candidates_for(Platform.parse("cuda:sm100"))]
     with pytest.raises(ResolutionError) as e:

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from conftest import DEVICE
-from kernels.activation_keys import FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
 from kernels.dispatch import activation_qdq
-from kernels.formats import FORMATS, ROUNDINGS, ElemFormat
 from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
 from kernels.reference import mx as ref
-from kernels.reference.fp8_tensor import fp8_tensor_qdq
 from kernels.reference.elements import max_code_magnitude
+from kernels.reference.fp8_tensor import fp8_tensor_qdq
+from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
+from kernels.spec.formats import FORMATS, ROUNDINGS, ElemFormat
 from test_reference import all_code_values, assert_same_bits, oracle_dequantize, oracle_quantize
 
 # The interpreter's numpy reports the fp32 overflow of the products that are then saturated.
@@ -186,7 +186,7 @@ def test_linear_activation_qdq_saturates_like_the_dispatcher(strategy, m, dtype)
     from kernels.base import load_kernel
     from kernels.reference.linear import ReferenceEmulationLinear
     from kernels.triton.linear_emulation import fused_linear
-    from registry.contract import QuantKey, SchemeContract
+    from kernels.spec.contract import QuantKey, SchemeContract
 
     contract = SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
                               activation=QuantKey.mx("mxfp4", rounding="even", static=False))
@@ -211,7 +211,7 @@ def test_linear_weight_decode_saturates_at_fp32_max(fmt):
     from kernels.reference.linear import ReferenceEmulationLinear
     from kernels.triton.linear_emulation import fused_linear
     from kernels.triton.linear_tiles import weight_may_overflow
-    from registry.contract import QuantKey, SchemeContract
+    from kernels.spec.contract import QuantKey, SchemeContract
 
     contract = SchemeContract(weight=QuantKey.mx(fmt, rounding="even", static=True),
                               activation=None)

@@ -14,16 +14,16 @@ import pytest
 import torch
 
 from kernels.base import load_kernel
-from kernels.declarations import KERNELS_BY_NAME
 from kernels.mx import mx_quantize
 from kernels.native import scaled_mm_mx
+from kernels.select.declarations import KERNELS_BY_NAME
 from kernels.native.scaled_mm_mx import (
     blocked_scales_numel,
     from_blocked_scales,
     to_blocked_scales,
 )
 from kernels.reference.linear import ReferenceEmulationLinear
-from registry.contract import QuantKey, SchemeContract
+from kernels.spec.contract import QuantKey, SchemeContract
 
 DECL = KERNELS_BY_NAME["scaled-mm-mx"]
 CONTRACTS = [

@@ -18,9 +18,9 @@ import jsonschema
 import pytest
 import yaml
 
+from kernels.spec.contract import ELEMENT_FORMATS, QuantKey, suggestions
 from registry.catalog import load_files
 from registry.cli import main
-from registry.contract import ELEMENT_FORMATS, QuantKey, suggestions
 from registry.lint import run_lint
 from registry.loader import read_scheme_file
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.formats import FORMATS, ROUNDINGS, ElemFormat, bytes_per_row
 from kernels.reference import mx as ref
 from kernels.reference.packing import pack_codes
+from kernels.spec.formats import FORMATS, ROUNDINGS, ElemFormat, bytes_per_row
 from conftest import DEVICE
 from kernels.triton import mx_quant as _tri
 

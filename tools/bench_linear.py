@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kernels.spec.platform import detect  # noqa: E402
 from registry import bench  # noqa: E402
 from registry.commands_bench import parse_ms, parse_shapes  # noqa: E402
-from registry.platform import detect  # noqa: E402
 from registry.probe import runnable_here  # noqa: E402
 
 SCHEMES = ["w_mxfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_fp8",

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.moe import MXGroupedExperts  # noqa: E402
+from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
 from registry.timing import graph_ms, median_ms  # noqa: E402
 

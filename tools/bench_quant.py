@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import triton  # noqa: E402
 
-from kernels.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
+from kernels.spec.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
 from timing import median_ms  # noqa: E402
 from kernels.reference import mx as ref  # noqa: E402
 from kernels.triton import mx_quant as tri  # noqa: E402

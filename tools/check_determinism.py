@@ -59,7 +59,7 @@ from determinism_cases import (  # noqa: F401
     special_blocks,
     static_scale,
 )
-from registry.platform import driver_version  # noqa: E402
+from kernels.spec.platform import driver_version  # noqa: E402
 
 
 def run_checks(plan: Plan, sections: Sequence[str], max_seconds: float,

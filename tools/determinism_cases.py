@@ -225,10 +225,10 @@ def _twice(make: Callable[[], Callable[[], Outputs]]):
 
 def linear_cases(plan: Plan) -> Iterator[tuple[Row, Callable]]:
     from kernels.base import load_kernel
-    from kernels.kernel_table import kernel_by_name
-    from registry.platform import detect
+    from kernels.select.kernel_table import kernel_by_name
+    from kernels.spec.platform import detect
     from registry.probe import runnable_here
-    from registry.resolve import accepts
+    from kernels.select.resolve import accepts
 
     plat = detect()
     shapes = GPU_LINEAR if plan.gpu else CPU_LINEAR
@@ -263,7 +263,7 @@ def decode_cases(plan: Plan) -> Iterator[tuple[Row, Callable]]:
     """The decode configs the default tuning picks (linear_decode.default_config), forced at
     each M it picks them for (mxfp4: up to 64 rows), plus the tiled strategy at M > 16."""
     from kernels.base import load_kernel
-    from kernels.formats import FORMATS
+    from kernels.spec.formats import FORMATS
     from kernels.triton import linear_decode
     from kernels.triton.linear_emulation import fused_linear
 
@@ -302,7 +302,7 @@ def decode_cases(plan: Plan) -> Iterator[tuple[Row, Callable]]:
 
 
 def codec_cases(plan: Plan) -> Iterator[tuple[Row, Callable]]:
-    from kernels.formats import FORMATS, LAYOUTS, ROUNDINGS
+    from kernels.spec.formats import FORMATS, LAYOUTS, ROUNDINGS
     from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
 
     r, k = (1024, 4096) if plan.gpu else (16, 256)

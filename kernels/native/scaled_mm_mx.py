@@ -24,7 +24,7 @@ Facts used (and where they come from):
   and B [N, K] both row-major (so mat2 = B.t() is column-major) and both scales computed per row
   along K; "MX gemm is only supported on CUDA capability 10.0+"; MXFP4 is skipped on sm_120
   ("MXFP4 on CUDA only supported on B200/B300"); `test_pack_uint4`: fp4x2 holds element 2i in
-  the low nibble (our packed mxfp4 layout, kernels/formats.py).
+  the low nibble (our packed mxfp4 layout, kernels/spec/formats.py).
 - [SCALE-LAYOUT] cuBLAS documentation, "1D Block Scaling Factors Layout", as restated by
   nvmath-python `get_block_scale_offset` (docs.nvidia.com/cuda/nvmath-python/latest/host-apis/
   linalg/generated/nvmath.linalg.advanced.helpers.matmul.get_block_scale_offset.html: worked
@@ -44,9 +44,9 @@ import torch
 from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
-from kernels.formats import BLOCK
 from kernels.mx import mx_quantize
 from kernels.reference.linear import check_bias, check_input
+from kernels.spec.formats import BLOCK
 
 if not (hasattr(torch, "float8_e8m0fnu") and hasattr(torch, "float4_e2m1fn_x2")):
     raise ImportError(

@@ -23,7 +23,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from kernels.formats import ElemFormat
+from kernels.spec.formats import ElemFormat
 
 INT8_FRACTION_BITS = 6  # mxint8: value = code * 2**-6
 _F32_EXP_SHIFT = 23

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from kernels import dispatch
 from kernels.mx import MXTensor, check_device, mx_dequantize
-from registry.contract import QuantKey
+from kernels.spec.contract import QuantKey
 
 _WHERE = "kernels.reference.moe"
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.formats import BLOCK, E8M0_BIAS, E8M0_NAN, E_MAX, E_MIN, ElemFormat, bytes_per_row
+from kernels.spec.formats import (BLOCK, E8M0_BIAS, E8M0_NAN, E_MAX, E_MIN, ElemFormat,
+                                  bytes_per_row)
 from kernels.reference.elements import decode, decode_e8m0, decode_table, encode, f32_mantissa_field, pow2_f32
 from kernels.reference.packing import pack_codes, unpack_codes
 

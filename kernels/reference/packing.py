@@ -1,4 +1,4 @@
-"""Storage layouts of MX element codes (see kernels/formats.py for the bit order).
+"""Storage layouts of MX element codes (see kernels/spec/formats.py for the bit order).
 
 packed fp4: two codes a byte, element 2i in the low nibble, 2i+1 in the high nibble.
 packed fp6: four codes in three bytes, w = c0 | c1<<6 | c2<<12 | c3<<18, bytes little-endian.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.formats import ElemFormat, bytes_per_row
+from kernels.spec.formats import ElemFormat, bytes_per_row
 
 
 def pack_codes(codes: Tensor, fmt: ElemFormat, layout: str) -> Tensor:

@@ -49,18 +49,18 @@ from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.dispatch import activation_qdq
-from kernels.declarations import DOT_SCALED_FORMATS, KERNELS_BY_NAME
-from kernels.formats import E8M0_BIAS, E8M0_NAN, get_format
 from kernels.reference.linear import check_input
+from kernels.select.declarations import DOT_SCALED_FORMATS, KERNELS_BY_NAME
+from kernels.spec.formats import E8M0_BIAS, E8M0_NAN, get_format
 from kernels.triton import fit, mx_quant
 from kernels.triton.fit import TileConfig
 from kernels.triton.mx_codec import (
     KIND_FP32, KIND_OF_DTYPE, SPECIALS_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
     _nan_like, _pow2, _store_fp32,
 )
+from kernels.spec.contract import QuantKey
+from kernels.spec.platform import Platform
 from kernels.triton.mx_quant import _load_codes
-from registry.contract import QuantKey
-from registry.platform import Platform
 
 NAME = "triton-dot-scaled"
 CACHE_KEY = NAME  # the prepared.cache entry holding the _WeightOperands

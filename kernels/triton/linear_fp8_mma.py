@@ -22,8 +22,8 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
-from kernels.formats import BLOCK, get_format
 from kernels.reference.linear import check_bias, check_input
+from kernels.spec.formats import BLOCK, get_format
 from kernels.triton import fit, mx_quant
 from kernels.triton.linear_emulation import DECODE_MAX_M, fused_linear
 from kernels.triton.mx_codec import KIND_OF_DTYPE, _e8m0_value, _store_fp32

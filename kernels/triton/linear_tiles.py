@@ -30,10 +30,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.activation_keys import FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
 from kernels.base import PreparedWeight
 from kernels.dispatch import activation_qdq
-from kernels.formats import FORMATS, get_format
+from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
+from kernels.spec.formats import FORMATS, get_format
 from kernels.triton.mx_codec import (
     ROUNDING_CODE, _decode, _e8m0_value, _fp32_to_bf16_bits, _load_fp32, _nan_like, _pow2,
     _round_value, _saturate, _scaled_saturated, format_constexprs,

@@ -30,10 +30,10 @@ from kernels.base import PreparedWeight
 from kernels.dispatch import activation_qdq
 from kernels.mx import MXTensor
 from kernels.reference.moe import combine_slots
+from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import fit, mx_quant
 from kernels.triton.linear_tiles import _act_tile, _dot_choice, _prepare_tensors, _weight_tile
 from kernels.triton.mx_codec import KIND_OF_DTYPE, _store_fp32
-from registry.contract import QuantKey, SchemeContract
 
 _WHERE = "kernels.triton.moe_grouped"
 

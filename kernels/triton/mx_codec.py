@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.formats import ElemFormat
+from kernels.spec.formats import ElemFormat
 
 ROUNDING_CODE: dict[str, int] = {"floor": 0, "even": 1, "rceil": 2}
 SPECIALS_CODE: dict[str, int] = {"none": 0, "nan_only_all_ones": 1, "ieee": 2}

@@ -4,7 +4,7 @@ kernels.reference.mx (DESIGN.md §3).
 Each program owns a [BLOCK_R, BLOCK_K] tile of a row-major [R, K] tensor: one coalesced load,
 the 32-element block max from the fp32 bits (a NaN / Inf anywhere makes the block's scale byte
 0xFF and its codes 0), integer shared exponent, element rounding by exact fp32 "magic number"
-adds (codec helpers in mx_codec.py), then packing per kernels.formats' layouts:
+adds (codec helpers in mx_codec.py), then packing per kernels.spec.formats' layouts:
   PACK 0: one code a byte; PACK 1: mxfp4 two codes a byte, element 2i in the low nibble;
   PACK 2: mxfp6 four codes in three bytes, written as three little-endian int32 words per 16
   codes so that the stores stay word-sized.
@@ -21,8 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
-from kernels.formats import resolve_layout
+from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
+from kernels.spec.formats import resolve_layout
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, _decode, _e8m0_value, _encode, _load_fp32, _nan_like,
     _pow2, _round_value, _saturate, _scaled_saturated, _shared_exponent, _store_fp32,
@@ -217,8 +217,8 @@ def _format(fmt: ElemFormat | str) -> ElemFormat:
     if isinstance(fmt, str):
         return get_format(fmt)
     if not isinstance(fmt, ElemFormat):
-        raise TypeError(f"{_WHERE}: fmt must be a kernels.formats.ElemFormat or a format name, "
-                        f"got {type(fmt).__name__}")
+        raise TypeError(f"{_WHERE}: fmt must be a kernels.spec.formats.ElemFormat or a format "
+                        f"name, got {type(fmt).__name__}")
     return fmt
 
 

@@ -1,8 +1,8 @@
 """The plugin's entry-point objects: good ones, and the broken shapes a plugin can take."""
 from __future__ import annotations
 
-from kernels.declarations import ALL_MX_WEIGHTS, WEIGHT_ONLY, Family, KernelDecl
-from kernels.kernel_table import PluginKernel
+from kernels.select.declarations import ALL_MX_WEIGHTS, WEIGHT_ONLY, Family, KernelDecl
+from kernels.select.kernel_table import PluginKernel
 
 CALLS: list[int] = []  # how many times `kernels()` ran (plugins load once, cached)
 

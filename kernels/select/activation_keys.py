@@ -7,7 +7,9 @@ error at lint time and at run time, never a silent pass-through (the "mxfp6" bug
 """
 from __future__ import annotations
 
-from registry.contract import MX_FORMATS, ROUNDINGS, QuantKey, ScaleDesc
+from kernels.spec.contract import MX_FORMATS, ROUNDINGS, QuantKey, ScaleDesc
+
+__all__ = ["MX_DYNAMIC_KEYS", "FP8_STATIC_TENSOR_KEY", "DISPATCH_KEYS", "mx_keys"]
 
 #: Dynamic MX activations: every element format x every e8m0 rounding, block 32.
 MX_DYNAMIC_KEYS: frozenset[QuantKey] = frozenset(
