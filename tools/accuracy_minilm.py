@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import minilm  # noqa: E402  (tools/, beside this file)
 from kernels.spec.contract import ROUNDINGS, QuantKey, SchemeContract  # noqa: E402
-from registry.catalog import Catalog, load_schemes  # noqa: E402
+from registry.files.catalog import Catalog, load_schemes  # noqa: E402
 from registry.contract import Scheme  # noqa: E402
 from registry.errors import UnknownSchemeError  # noqa: E402
-from registry.layers import platform_for_device  # noqa: E402
-from registry.quantize import quantize_model  # noqa: E402
+from registry.nn.layers import platform_for_device  # noqa: E402
+from registry.nn.quantize import quantize_model  # noqa: E402
 
 # 64 sentences: paraphrase pairs first (adjacent, so --limit keeps them), then single topics.
 SENTENCES = [

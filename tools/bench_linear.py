@@ -2,10 +2,10 @@
 
     python tools/bench_linear.py [--quick] [--shape 8192x8192] [--m 1,16,4096] [--out results.json]
 
-A thin front of `registry.bench` (the runner of `registry bench`) that forces every kernel this
-machine runs (each where it accepts the scheme) instead of the resolved one, and also runs on a
-CPU to check the logic (`--shape 64x128 --m 3`; Triton kernels only with TRITON_INTERPRET=1).
-For each (scheme, kernel, M): the error against the reference emulation on the first rows (a
+A thin front of `registry.machine.bench` (the runner of `registry bench`) that forces every
+kernel this machine runs (each where it accepts the scheme) instead of the resolved one, and also
+runs on a CPU to check the logic (`--shape 64x128 --m 3`; Triton kernels only with
+TRITON_INTERPRET=1). For each (scheme, kernel, M): the error against the reference emulation on the first rows (a
 wrong kernel is marked FAIL and not timed), the CUDA-graph and eager times of `apply` and of
 bf16 `F.linear` on the same shape in the same run, and bf16 time / kernel time (>1: faster).
 Prints a markdown table (device, versions and date on top); --out writes the JSON.
@@ -22,9 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.spec.platform import detect  # noqa: E402
-from registry import bench  # noqa: E402
-from registry.commands_bench import parse_ms, parse_shapes  # noqa: E402
-from registry.probe import runnable_here  # noqa: E402
+from registry.machine import bench  # noqa: E402
+from registry.cli.bench import parse_ms, parse_shapes  # noqa: E402
+from registry.machine.probe import runnable_here  # noqa: E402
 
 SCHEMES = ["w_mxfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_fp8",
            "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp8_e4m3_a_mxfp8_e4m3", "w_mxint8_a_mxint8"]

@@ -4,8 +4,8 @@
 
 Why: `MXGroupedExperts` is the MoE path of issue 6; this gives its figures beside the same
 computation in bf16 (tokens grouped by expert, one bf16 F.linear per expert, weighted
-index_add) timed by the same rule (registry.timing: CUDA-graph replay where it captures, else
-eager). Each backend's output is checked against the reference first.
+index_add) timed by the same rule (registry.machine.timing: CUDA-graph replay where it
+captures, else eager). Each backend's output is checked against the reference first.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
-from registry.timing import graph_ms, median_ms  # noqa: E402
+from registry.machine.timing import graph_ms, median_ms  # noqa: E402
 
 
 def bf16_moe(x, w, ids, weights):

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 2 or args.threads < 1:
         ap.error(f"--repeats {args.repeats} / --threads {args.threads}: need repeats >= 2 and "
                  "threads >= 1")
-    from registry.catalog import load_schemes
+    from registry.files.catalog import load_schemes
 
     catalog = load_schemes()
     if args.schemes:

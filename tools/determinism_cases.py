@@ -227,7 +227,7 @@ def linear_cases(plan: Plan) -> Iterator[tuple[Row, Callable]]:
     from kernels.base import load_kernel
     from kernels.select.kernel_table import kernel_by_name
     from kernels.spec.platform import detect
-    from registry.probe import runnable_here
+    from registry.machine.probe import runnable_here
     from kernels.select.resolve import accepts
 
     plat = detect()

@@ -6,7 +6,7 @@ Why a separate script: `registry bench` times what the resolver picks; this one 
 strategy / config of the fast kernels (decode split-K and tiles, tiled, dequant-gemm, fp8 MMA,
 dot_scaled) so that the defaults in the kernel modules and the priority order in
 kernels/select/declarations.py are measured choices. Times are CUDA-graph replays cycling
-through enough weight copies to defeat the L2 cache (registry.bench's rule); the baseline is
+through enough weight copies to defeat the L2 cache (registry.machine.bench's rule); the baseline is
 bf16 F.linear on the same shape in the same run. Prints one line per variant.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kernels.spec.contract import QuantKey, SchemeContract  # noqa: E402
 from kernels.triton.linear_decode import DecodeConfig  # noqa: E402
 from kernels.triton.linear_emulation import fused_linear  # noqa: E402
 from kernels.triton.linear_fp8_mma import MMAConfig, fp8_mma_linear  # noqa: E402
-from registry.timing import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
+from registry.machine.timing import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
 
 SHAPES = [(8192, 8192), (28672, 8192), (8192, 28672)]
 MS = [1, 16, 128, 1024, 4096]
