@@ -142,8 +142,10 @@ def _static_scale(contract: SchemeContract, act_scale: Any, calibration: Tensor 
     )
 
 
-def load_kernel(name: str) -> LinearKernel:
-    """An instance of the kernel called `name`, built-in or plugin (imports its `impl` module).
+def load_kernel(name: str) -> LinearKernel | Any:
+    """An instance of the linear kernel called `name`, built-in or plugin (imports its `impl`
+    module); for a moe / qdq kernel, its imported implementation (a function / a module:
+    kernels.select.kernel_table.load_impl), so "does it load" is asked alike for every kind.
 
     KeyError for an unknown name; kernels.select.kernel_table.KernelPluginError when a plugin is
     broken
@@ -151,9 +153,12 @@ def load_kernel(name: str) -> LinearKernel:
     """
     import importlib
 
-    from kernels.select.kernel_table import KernelPluginError, PluginProblem, kernel_table
+    from kernels.select.kernel_table import (KernelPluginError, PluginProblem, kernel_table,
+                                             load_impl)
 
     entry = kernel_table().entry(name)
+    if entry.decl.kind != "linear":
+        return load_impl(name)
     module, _, attr = entry.decl.impl.partition(":")
     if entry.origin is None:  # built-in: its own import errors are the message
         return getattr(importlib.import_module(module), attr)()

@@ -6,6 +6,10 @@ activations for that key. The set of keys it serves is
 outside it raises `UnknownActivationKey` naming the key and the known keys. There is no
 pass-through: a scheme whose activation key is missing here cannot run (the vLLM bug where
 "mxfp6" QDQ was silently skipped).
+
+Which qdq kernel runs a key is resolve's choice (kernels.choice, kind "qdq"), made per call and
+cached: `backend="auto"` for the tensor's platform, "triton" / "reference" forced, a qdq
+kernel's name as is (kernels that run it inside themselves, and oracles).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from kernels import choice
 from kernels.mx import mx_qdq
 from kernels.reference.fp8_tensor import check_values, fp8_tensor_qdq
 from kernels.select.activation_keys import DISPATCH_KEYS, FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
@@ -46,6 +51,11 @@ def _fp8_static(x: Tensor, act_scale: Tensor | None, *, key: QuantKey, backend: 
             f"activation key {key} is static: it needs a per-tensor scale; load it from the "
             "checkpoint (act_scale=...) or calibrate it from a sample batch (calibration=...)"
         )
+    if backend == choice.AUTO and isinstance(x, Tensor):
+        # every qdq kernel runs this key as the one shared torch cast, so a forced backend
+        # changes nothing here; resolve still decides whether a qdq kernel may run (disabled
+        # kernels, strict mode)
+        choice.choose("qdq", key, x.device, backend)
     return fp8_tensor_qdq(x, act_scale)
 
 
@@ -64,13 +74,16 @@ def known_keys() -> list[str]:
 
 
 def activation_qdq(key: QuantKey, backend: str = "auto") -> ActivationQDQ:
-    """The QDQ function for `key`, or UnknownActivationKey naming the key and the known keys."""
+    """The QDQ function for `key`, or UnknownActivationKey naming the key and the known keys.
+    `backend`: "auto" (resolve's qdq choice, per call), "triton" / "reference" (forced), or a
+    qdq kernel's name (that kernel as is); anything else is a one-line ValueError."""
     fn = _TABLE.get(key)
     if fn is None:
         raise UnknownActivationKey(
             f"the activation-QDQ dispatcher has no entry for {key}; known keys: "
             f"{', '.join(known_keys())}"
         )
+    choice.check_backend("qdq", backend)
     return partial(fn, key=key, backend=backend)
 
 

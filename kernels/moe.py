@@ -16,26 +16,37 @@ never a silent pass-through (the vLLM bug where mxfp6 activation QDQ was skipped
 One expert is one linear layer; a SwiGLU expert MLP is three of these layers (gate, up, down).
 Routing (kernels.reference.moe.route): top-k of the router logits; `renormalize=True` gives the
 softmax over the top-k logits (weights sum to 1), False the full softmax read at the top-k.
-Backends: "reference" (pure torch, any device), "triton" (one grouped launch; CPU only under
-TRITON_INTERPRET=1), "auto" (triton for CUDA / ROCm tensors, else reference).
+
+The kernel is resolve's choice (kernels.select.resolve, kind "moe": triton-moe, one grouped
+launch, on CUDA / ROCm; reference-moe, pure torch, anywhere), made when the layer is built for
+the platform its weights live on (again after a move), with `strict` / `disabled` and
+REGISTRY_STRICT / REGISTRY_DISABLED_KERNELS, its deviations logged once; `.resolution` keeps
+it. The activation QDQ is resolve's qdq choice for the activation key (`.qdq_resolution`):
+reference-moe runs it through the dispatcher, triton-moe runs triton-qdq's code inside its
+launch (declared: it `uses` triton-qdq, so disabling triton-qdq refuses it). `backend=`
+"triton" / "reference" forces both choices (a `forced` deviation; strict mode refuses it);
+triton-moe runs on the CPU only forced and under TRITON_INTERPRET=1.
 """
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from kernels import choice
 from kernels.base import _static_scale
 from kernels.dispatch import activation_qdq
 from kernels.mx import FLOAT_DTYPES, MXTensor, check_device, mx_quantize
 from kernels.reference.moe import check_routing, grouped_experts_reference, route
+from kernels.select.resolve import Resolution, log_resolution, resolve
 from kernels.spec.contract import HasContract, SchemeContract, contract_of
 from kernels.spec.formats import BLOCK, FORMATS
+from kernels.spec.platform import Platform, device_platform
 
-BACKENDS: tuple[str, ...] = ("auto", "reference", "triton")
+#: The `backend=` values (from the moe declarations): "auto" and each kernel's short name.
+BACKENDS: tuple[str, ...] = choice.backends("moe")
 SchemeLike = HasContract | SchemeContract
 ExpertWeights = Tensor | MXTensor | Sequence[MXTensor]
 _WHERE = "MXGroupedExperts"
@@ -53,16 +64,9 @@ def _contract_of(scheme: SchemeLike) -> SchemeContract:
                     f".contract (a registry Scheme), got {type(scheme).__name__}")
 
 
-def _check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"{_WHERE}: unknown backend {backend!r}; valid backends: "
-                         f"{', '.join(BACKENDS)}")
-    return backend
-
-
-def _stack_experts(weights: ExpertWeights, contract: SchemeContract,
-                   layout: str | None) -> MXTensor:
-    """One MXTensor [E, N, K] in the contract's weight format and rounding."""
+def _stack_experts(weights: ExpertWeights, contract: SchemeContract) -> Tensor | MXTensor:
+    """One MXTensor [E, N, K] in the contract's weight format and rounding, or the checked
+    float weights [E, N, K] to quantize (once the layer's kernels are resolved)."""
     wkey = contract.weight
     if wkey.format not in FORMATS:
         raise ValueError(f"{_WHERE}: the weight key {wkey} is not an MX format; expert weights "
@@ -78,7 +82,7 @@ def _stack_experts(weights: ExpertWeights, contract: SchemeContract,
         if weights.shape[2] % BLOCK:
             raise ValueError(f"{_WHERE}: expert weights [E, N, K] = {tuple(weights.shape)} have "
                              f"K={weights.shape[2]}, not a multiple of {BLOCK}; pad K")
-        return mx_quantize(weights, wkey.format, rounding=wkey.scale.rounding, layout=layout)
+        return weights
     if isinstance(weights, MXTensor):
         stacked = weights
     elif isinstance(weights, (list, tuple)) and weights and \
@@ -123,25 +127,66 @@ class MXGroupedExperts(nn.Module):
     the scheme's weight key), an MXTensor [E, N, K] or a list of E MXTensors [N, K].
 
     Static activation keys (fp8 per tensor) take `act_scale` (the checkpoint's input scale,
-    shared by all experts) or `calibration` (a sample batch of activations)."""
+    shared by all experts) or `calibration` (a sample batch of activations). `strict` /
+    `disabled` / `name` as for MXLinear: resolution switches, and the label of its log line."""
 
     def __init__(self, weights: ExpertWeights, scheme: SchemeLike, *, backend: str = "auto",
                  act_scale: Tensor | float | None = None, calibration: Tensor | None = None,
-                 renormalize: bool = True, layout: str | None = None) -> None:
+                 renormalize: bool = True, layout: str | None = None, strict: bool = False,
+                 disabled: Iterable[str] = (), name: str | None = None) -> None:
         super().__init__()
         self.contract = _contract_of(scheme)
-        self.backend = _check_backend(backend)
+        self._scheme = scheme  # what resolve is asked about: its `.name` labels the messages
+        self.backend = choice.check_backend("moe", backend, f"{_WHERE}: ")
+        self.strict = bool(strict)
+        self.disabled = tuple(disabled)
+        label = getattr(scheme, "name", None) or str(self.contract)
+        self.layer_name = name or f"{_WHERE}({label})"
         self.renormalize = bool(renormalize)
         if self.contract.activation is not None:
             activation_qdq(self.contract.activation)  # UnknownActivationKey: fail at build time
-        mx = _stack_experts(weights, self.contract, layout)
-        self.fmt, self.rounding, self.layout = mx.fmt, mx.rounding, mx.layout
+        mx = _stack_experts(weights, self.contract)
         self.num_experts, self.out_features, self.in_features = mx.shape
+        scale = _static_scale(self.contract, act_scale, calibration)
+        self._platform: Platform | None = None
+        self.resolution: Resolution
+        self.qdq_resolution: Resolution | None
+        self._resolve_for(device_platform(mx.device))  # refused here, before any quantization
+        if isinstance(mx, Tensor):
+            wkey = self.contract.weight
+            mx = mx_quantize(mx, wkey.format, rounding=wkey.scale.rounding, layout=layout)
+        self.fmt, self.rounding, self.layout = mx.fmt, mx.rounding, mx.layout
         self.register_buffer("weight_data", mx.data)
         self.register_buffer("weight_scales", mx.scales)
-        scale = _static_scale(self.contract, act_scale, calibration)
         self.register_buffer("act_scale", scale)
         self._triton_cache: dict = {}
+
+    @property
+    def kernel_name(self) -> str:
+        """The moe kernel that runs (resolve's choice, `.resolution`)."""
+        return self.resolution.kernel
+
+    @property
+    def qdq_kernel(self) -> str | None:
+        """The qdq kernel of the activations (None: weight-only): `.qdq_resolution`'s choice."""
+        return None if self.qdq_resolution is None else self.qdq_resolution.kernel
+
+    def _resolve_for(self, platform: Platform) -> None:
+        """Resolve the moe kernel and the activation's qdq kernel for `platform` (strict,
+        disabled, forced by `backend`) and log their deviations; ResolutionError when refused."""
+        how = f"backend={self.backend!r}"
+        res = resolve(self._scheme, platform, kind="moe", strict=self.strict,
+                      disabled=self.disabled, force=choice.forced_kernel("moe", self.backend),
+                      shape=(self.out_features, self.in_features), forced_by=how)
+        qdq = None
+        if self.contract.activation is not None:
+            qdq = resolve(self.contract.activation, platform, kind="qdq", strict=self.strict,
+                          disabled=self.disabled,
+                          force=choice.forced_kernel("qdq", self.backend), forced_by=how)
+        self.resolution, self.qdq_resolution, self._platform = res, qdq, platform
+        log_resolution(res, self.layer_name)
+        if qdq is not None:
+            log_resolution(qdq, f"{self.layer_name} activation QDQ")
 
     @property
     def weight(self) -> MXTensor:
@@ -153,7 +198,8 @@ class MXGroupedExperts(nn.Module):
     def extra_repr(self) -> str:
         return (f"experts={self.num_experts}, in_features={self.in_features}, "
                 f"out_features={self.out_features}, contract={self.contract}, "
-                f"backend={self.backend}, renormalize={self.renormalize}")
+                f"backend={self.backend}, kernel={self.kernel_name}, qdq={self.qdq_kernel}, "
+                f"platform={self.resolution.platform}, renormalize={self.renormalize}")
 
     def forward(self, x: Tensor, router_logits: Tensor, top_k: int, *,
                 out_dtype: torch.dtype | None = None) -> Tensor:
@@ -213,38 +259,31 @@ class MXGroupedExperts(nn.Module):
         if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
             raise ValueError(f"{_WHERE}: out_dtype {out_dtype} is not float32, bfloat16 or "
                              "float16")
-        backend = self.backend
-        if backend == "auto":
-            backend = "triton" if x2d.is_cuda else "reference"  # ROCm reports "cuda" too
+        platform = device_platform(x2d.device)
+        if platform != self._platform:  # the layer moved: resolve again for where it runs now
+            self._resolve_for(platform)
         args = (x2d, self.weight, self.contract.activation, self.act_scale, ids, weights,
                 out_dtype)
-        if backend == "reference":
-            return grouped_experts_reference(*args)
-        module = _triton_module(x2d.device)
-        key = (self.weight_data.data_ptr(), str(x2d.device))
+        return _RUNNERS[self.resolution.kernel](self, args, x2d.device)
+
+    def _run_reference(self, args: tuple, device: torch.device) -> Tensor:
+        return grouped_experts_reference(*args, qdq=self.qdq_kernel or "reference-qdq")
+
+    def _run_triton(self, args: tuple, device: torch.device) -> Tensor:
+        run = choice.implementation("triton-moe")  # kernels.triton.moe_grouped, imported now
+        module = sys.modules[run.__module__]
+        key = (self.weight_data.data_ptr(), str(device))
         consts = self._triton_cache.get(key)
         if consts is None:  # once per weight storage: the constexprs and kernel-ready views
             consts = module.kernel_constexprs(self.weight, self.contract.activation,
                                               self.act_scale)
             self._triton_cache = {key: consts}  # one atomic swap: safe with concurrent callers
-        return module.grouped_experts_triton(*args, constexprs=consts)
+        return run(*args, constexprs=consts)
 
 
-def _triton_module(device: torch.device):
-    """kernels.triton.moe_grouped, or a one-line error saying why Triton cannot run here."""
-    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"{_WHERE}: backend='triton' got a CPU tensor; Triton runs on CPU only "
-                         "in its interpreter: set TRITON_INTERPRET=1 before importing "
-                         "kernels.triton, move the layer to a GPU, or use backend='reference'")
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"{_WHERE}: backend='triton' needs a CUDA / ROCm tensor, got {device}; "
-                         "use backend='reference'")
-    try:
-        return importlib.import_module("kernels.triton.moe_grouped")
-    except ImportError as error:
-        raise ImportError(f"{_WHERE}: backend='triton' could not import "
-                          f"kernels.triton.moe_grouped ({error}); install triton, or use "
-                          "backend='reference'") from error
+#: How each moe kernel (kernels.select.declarations.MOE_KERNELS) runs in the layer.
+_RUNNERS = {"reference-moe": MXGroupedExperts._run_reference,
+            "triton-moe": MXGroupedExperts._run_triton}
 
 
 __all__ = ["BACKENDS", "MXGroupedExperts"]

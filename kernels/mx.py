@@ -1,24 +1,25 @@
 """Public MX API: mx_quantize / mx_dequantize / mx_qdq and the MXTensor they exchange.
 
-This module validates inputs, flattens them to [R, K] rows, picks a backend module (both
-implement quantize / dequantize / qdq with the signatures of kernels/reference/mx.py) and wraps
-the result. Triton is imported only when the "triton" backend is actually used.
+This module validates inputs, flattens them to [R, K] rows, runs the qdq kernel resolve chooses
+(kernels.choice: `backend="auto"` resolves the format's dynamic MX key with kind "qdq" for the
+tensor's platform; "triton" / "reference" force one; a qdq kernel's name runs it as is) and
+wraps the result. Both qdq kernels implement quantize / dequantize / qdq with the signatures of
+kernels/reference/mx.py. Triton is imported only when triton-qdq actually runs.
 """
 from __future__ import annotations
 
-import importlib
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 from torch import Tensor
 
+from kernels import choice
 from kernels.spec.formats import (BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format,
                                   resolve_layout)
-from kernels.reference import mx as reference_backend
 
-BACKENDS: tuple[str, ...] = ("auto", "reference", "triton")
+#: The `backend=` values (from the qdq declarations): "auto" and each kernel's short name.
+BACKENDS: tuple[str, ...] = choice.backends("qdq")
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
 _DTYPE_NAMES = "torch.float32, torch.bfloat16 or torch.float16"
 
@@ -147,34 +148,30 @@ def _check_out_dtype(dtype: torch.dtype) -> None:
         raise ValueError(f"output dtype {dtype} is not supported; use {_DTYPE_NAMES}")
 
 
-def _backend_module(backend: str, device: torch.device, what: str = "x") -> ModuleType:
-    """The module implementing quantize / dequantize / qdq for `backend` on `device`."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+def qdq_kernel(backend: str, fmt: str, rounding: str, device: torch.device,
+               what: str = "x") -> str:
+    """The qdq kernel that runs `fmt` / `rounding` on `device` for `backend` (kernels.choice):
+    a qdq kernel's name as is, else resolve's choice (cached; KernelChoiceError, a one-line
+    ValueError, when it refuses: nothing here, or strict mode and a forced backend)."""
+    choice.check_backend("qdq", backend)
     check_device(device, what)
-    if backend == "auto":
-        backend = "triton" if device.type == "cuda" else "reference"  # ROCm reports "cuda" too
-    if backend == "reference":
-        return reference_backend
-    if device.type == "cpu":
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            raise ValueError(
-                "backend='triton' got a CPU tensor; Triton runs on CPU only in its interpreter: "
-                "set the environment variable TRITON_INTERPRET=1 before importing kernels.triton, "
-                "move the tensor to a GPU, or use backend='reference'"
-            )
-    elif device.type != "cuda":
-        raise ValueError(
-            f"backend='triton' needs a CUDA / ROCm tensor (or CPU with TRITON_INTERPRET=1), "
-            f"got one on {device}; use backend='reference'"
-        )
+    if backend in _QDQ_KERNELS:
+        return backend
+    return choice.choose("qdq", choice.mx_key(fmt, rounding), device, backend).kernel
+
+
+_QDQ_KERNELS = choice.kernel_names("qdq")
+
+
+def _module(backend: str, fmt: str, rounding: str, device: torch.device,
+            what: str = "x") -> ModuleType:
+    """The module implementing quantize / dequantize / qdq (the chosen kernel's impl)."""
+    name = qdq_kernel(backend, fmt, rounding, device, what)
     try:
-        return importlib.import_module("kernels.triton.mx_quant")
+        return choice.implementation(name)
     except ImportError as error:
-        raise ImportError(
-            f"backend='triton' could not import kernels.triton.mx_quant ({error}); "
-            "install triton, or use backend='reference'"
-        ) from error
+        raise ImportError(f"qdq kernel {name} could not be imported ({error}); install triton, "
+                          "or use backend='reference'") from error
 
 
 def mx_quantize(
@@ -185,7 +182,7 @@ def mx_quantize(
     elem = get_format(fmt)
     check_rounding(rounding)
     layout = resolve_layout(elem, layout)
-    module = _backend_module(backend, x.device)
+    module = _module(backend, fmt, rounding, x.device)
     k = x.shape[-1]
     data, scales = module.quantize(x.contiguous().view(-1, k), elem, rounding, layout)
     lead = x.shape[:-1]
@@ -199,7 +196,7 @@ def mx_dequantize(t: MXTensor, dtype: torch.dtype = torch.float32, backend: str 
     if not isinstance(t, MXTensor):
         raise TypeError(f"mx_dequantize takes an MXTensor (from mx_quantize), got {type(t).__name__}")
     _check_out_dtype(dtype)
-    module = _backend_module(backend, t.device, "MXTensor t")
+    module = _module(backend, t.fmt, t.rounding, t.device, "MXTensor t")
     k = t.shape[-1]
     data = t.data.contiguous().view(-1, t.data.shape[-1])
     scales = t.scales.contiguous().view(-1, k // BLOCK)
@@ -213,9 +210,10 @@ def mx_qdq(x: Tensor, fmt: str, rounding: str = "floor", backend: str = "auto") 
     _check_input(x)
     elem = get_format(fmt)
     check_rounding(rounding)
-    module = _backend_module(backend, x.device)
+    module = _module(backend, fmt, rounding, x.device)
     k = x.shape[-1]
     return module.qdq(x.contiguous().view(-1, k), elem, rounding).view(x.shape)
 
 
-__all__ = ["MXTensor", "mx_quantize", "mx_dequantize", "mx_qdq", "BACKENDS", "check_float_input"]
+__all__ = ["MXTensor", "mx_quantize", "mx_dequantize", "mx_qdq", "BACKENDS", "check_float_input",
+           "qdq_kernel"]

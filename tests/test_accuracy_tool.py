@@ -214,8 +214,8 @@ LINEAR_NAMES = [f"encoder.layer.{i}.{n}" for i in range(2) for n in (
 @pytest.mark.parametrize("scheme", ["w_mxfp4", "w_mxfp6_e3m2_a_fp8"])
 def test_quantize_model_reports_every_linear_layer(tools, scheme):
     minilm, acc = tools
-    from registry.catalog import load_schemes
-    from registry.layers import MXLinear
+    from registry.files.catalog import load_schemes
+    from registry.nn.layers import MXLinear
 
     model = minilm.build_encoder(tiny_config(minilm), tiny_state(minilm, 8))
     ids, mask = random_batch(minilm, [9, 4, 6], seed=9)
@@ -227,7 +227,7 @@ def test_quantize_model_reports_every_linear_layer(tools, scheme):
     assert row.kernel in ("dequant-weight-only", "reference-emulation")
     assert 0.5 < row.mean_cos < 1.0 and row.min_cos <= row.mean_cos
     assert not any(isinstance(m, MXLinear) for m in model.modules())  # the original is intact
-    from registry.quantize import quantize_model
+    from registry.nn.quantize import quantize_model
 
     calibration = (ids, mask) if scheme.endswith("fp8") else None
     report = quantize_model(model, variant, calibration=calibration)
@@ -237,7 +237,7 @@ def test_quantize_model_reports_every_linear_layer(tools, scheme):
 
 def test_with_rounding_changes_every_e8m0_key_only(tools):
     _, acc = tools
-    from registry.catalog import load_schemes
+    from registry.files.catalog import load_schemes
 
     cat = load_schemes()
     w4a4 = acc.with_rounding(cat.get("w_mxfp4_a_mxfp4"), "rceil")

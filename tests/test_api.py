@@ -165,9 +165,16 @@ def test_triton_on_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_auto_backend_is_reference_on_cpu_and_triton_on_gpu() -> None:
-    assert api._backend_module("auto", torch.device("cpu")) is reference_backend
-    assert api._backend_module("auto", torch.device("cuda")).__name__ == "kernels.triton.mx_quant"
-    assert api._backend_module("reference", torch.device("cuda")) is reference_backend
+    # backend="auto" is resolve's qdq choice (kernels.choice); what-if for a GPU platform
+    from kernels.choice import implementation, mx_key
+    from kernels.select.resolve import resolve
+
+    assert api.qdq_kernel("auto", "mxfp4", "floor", torch.device("cpu")) == "reference-qdq"
+    assert resolve(mx_key("mxfp4", "floor"), "cuda:sm90", kind="qdq").kernel == "triton-qdq"
+    assert resolve(mx_key("mxfp4", "floor"), "cuda:sm90", kind="qdq",
+                   force="reference-qdq").kernel == "reference-qdq"
+    assert implementation("reference-qdq") is reference_backend
+    assert implementation("triton-qdq").__name__ == "kernels.triton.mx_quant"
 
 
 def test_bad_out_dtype() -> None:

@@ -17,9 +17,9 @@ from torch import nn
 
 from registry import MXGroupedExperts
 from kernels.mx import mx_quantize
-from registry.checkpoint import CheckpointError, load_quantized, save_quantized
-from registry.layers import MXLinear
-from registry.quantize import plan_quantization, quantize_model
+from registry.nn.checkpoint import CheckpointError, load_quantized, save_quantized
+from registry.nn.layers import MXLinear
+from registry.nn.quantize import plan_quantization, quantize_model
 from test_bad_tensors_codec import NEEDS_CUDA, bits, one_line_error
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

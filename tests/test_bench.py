@@ -1,4 +1,4 @@
-"""`registry bench` and its runner (registry.bench), on the CPU with tiny shapes.
+"""`registry bench` and its runner (registry.machine.bench), on the CPU with tiny shapes.
 
 The CLI refuses a machine without a GPU; the tests that go through the CLI's output paths
 replace its device check with "cpu" (the runner's API allows it). Times on a CPU are
@@ -21,8 +21,10 @@ from kernels.base import load_kernel
 from kernels.reference.linear import DequantWeightOnlyLinear
 from kernels.select.resolve import resolve
 from kernels.spec.platform import Platform
-from registry import bench, commands_bench, load_schemes
+from registry import load_schemes
+from registry.cli import bench as commands_bench
 from registry.cli import main
+from registry.machine import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [(64, 64)]

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 from registry.errors import display_path
-from registry.hf_config import ConfigError, schemes_from_config
-from registry.json_lines import MAX_BYTES, MAX_DEPTH
-from registry.loader import read_scheme_file
+from registry.configs.hf_config import ConfigError, schemes_from_config
+from registry.configs.json_lines import MAX_BYTES, MAX_DEPTH
+from registry.files.loader import read_scheme_file
 
 from hf_config_fixtures import FIXTURES
 

@@ -11,9 +11,9 @@ from safetensors.torch import save_file
 from torch import nn
 
 from kernels.mx import mx_quantize
-from registry.checkpoint import FORMAT_VERSION, CheckpointError, load_quantized, save_quantized
-from registry.layers import MXLinear
-from registry.quantize import quantize_model
+from registry.nn.checkpoint import FORMAT_VERSION, CheckpointError, load_quantized, save_quantized
+from registry.nn.layers import MXLinear
+from registry.nn.quantize import quantize_model
 from test_quantize_model import CATALOG, LINEARS, SCHEMES, inputs, is_static, make_block
 
 

@@ -13,11 +13,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from registry.catalog import load_schemes
-from registry.checkpoint import CheckpointError, load_quantized, save_quantized
-from registry.checkpoint_file import contract_digest
-from registry.layers import MXLinear
-from registry.quantize import quantize_model
+from registry.files.catalog import load_schemes
+from registry.nn.checkpoint import CheckpointError, load_quantized, save_quantized
+from registry.nn.checkpoint_file import contract_digest
+from registry.nn.layers import MXLinear
+from registry.nn.quantize import quantize_model
 
 
 def model_for(scheme: str, seed: int = 0) -> nn.Sequential:
@@ -176,7 +176,7 @@ def test_codes_of_the_wrong_size_for_the_layout_are_refused(tmp_path):
 
 def test_a_file_without_a_digest_is_refused_with_how_to_re_save(tmp_path):
     """Format version 1: no digest, so its contract fields cannot be trusted (see
-    registry.checkpoint_file.check_header)."""
+    registry.nn.checkpoint_file.check_header)."""
     good = saved(tmp_path)
     with safe_open(str(good), framework="pt") as f:
         tensors, meta = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()

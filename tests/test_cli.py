@@ -10,7 +10,7 @@ from urllib.parse import unquote
 import pytest
 
 from registry.cli import COMMANDS, main
-from registry.loader import read_scheme_file
+from registry.files.loader import read_scheme_file
 
 REPO = Path(__file__).resolve().parent.parent
 BROKEN = REPO / "tests" / "broken_schemes"

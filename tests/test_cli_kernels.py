@@ -111,7 +111,7 @@ def test_probe_catches_a_skipped_activation_qdq(monkeypatch):
     from kernels.reference.linear import ReferenceEmulationLinear
     from registry import load_schemes
     from kernels.spec.platform import Platform
-    from registry.probe import probe_pair
+    from registry.machine.probe import probe_pair
 
     monkeypatch.setattr(ReferenceEmulationLinear, "qdq_activation",
                         lambda self, x, prepared, backend="auto": x)

@@ -156,7 +156,7 @@ def test_a_detected_architecture_round_trips_even_if_unlisted():
 def test_a_layer_reports_an_unlisted_detected_platform():
     import torch
 
-    from registry.layers import MXLinear
+    from registry.nn.layers import MXLinear
 
     layer = MXLinear(torch.randn(16, 64), "w_mxfp4")
     layer.resolution = dataclasses.replace(layer.resolution, platform="cuda:sm86")

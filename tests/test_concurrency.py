@@ -28,9 +28,9 @@ from kernels.select.resolve import ResolutionError, resolve
 from kernels.spec.platform import KNOWN_PLATFORMS, Platform
 from kernels.triton import linear_decode, linear_emulation
 from kernels.triton.linear_emulation import fused_linear
-from registry.catalog import load_schemes
-from registry.layers import MXLinear
-from registry.probe import runnable_here
+from registry.files.catalog import load_schemes
+from registry.nn.layers import MXLinear
+from registry.machine.probe import runnable_here
 
 from conftest import DEVICE, load_tool  # Triton kernels: the GPU when there is one, else the interpreter
 

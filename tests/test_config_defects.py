@@ -15,8 +15,8 @@ from hf_config_fixtures import fixture
 from registry import quantize_model_from_config
 from registry.cli import main
 from registry.errors import display_path
-from registry.hf_config import ClaimError, schemes_from_config
-from registry.layers import MXLinear
+from registry.configs.hf_config import ClaimError, schemes_from_config
+from registry.nn.layers import MXLinear
 
 CT = "ct_mxfp4_w4a4.json"
 QUARK = "quark_mxfp4_w4a4.json"
@@ -114,8 +114,8 @@ def test_a_spec_no_key_forms_from_is_a_problem_not_an_index_error(bad_role):
     """The root cause: `_contract_of` dropped a spec whose key failed, so the activation's
     index ran past the list. Any value a producer check lets through (here a float block
     built by hand) must come back as a one-line group error."""
-    from registry.catalog import load_schemes
-    from registry.hf_config import ConfigSource, GroupReading, SpecBuilder, map_group
+    from registry.files.catalog import load_schemes
+    from registry.configs.hf_config import ConfigSource, GroupReading, SpecBuilder, map_group
 
     def spec(role: str, field: str, block: Any) -> Any:
         b = SpecBuilder(role, field, ("q", field))

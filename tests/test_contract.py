@@ -45,7 +45,8 @@ def test_contract_names_are_derived_from_the_format_table():
 def test_contract_module_imports_no_torch_triton_or_kernel_code():
     """The registry's contract, loader and catalog read the bottom vocabulary (kernels.spec)
     and nothing else of `kernels`: no kernel code, no torch, no triton."""
-    code = ("import sys, json; import registry.contract, registry.loader, registry.catalog; "
+    code = ("import sys, json; import registry.contract, registry.files.loader, "
+            "registry.files.catalog; "
             "print(json.dumps(sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('torch', 'triton', 'kernels'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -6,8 +6,8 @@ Each case runs once, then other calls are interleaved (other inputs, other ops) 
 is warm, then runs again on a FRESH PreparedWeight and a freshly loaded kernel instance (or a
 fresh MoE layer), and once more on the first, now-warm, prepared state. Inputs are fresh
 seeded random data with zero, subnormal, NaN and Inf 32-blocks.
-Covered: every kernel runnable here (registry.probe.runnable_here) x every scheme it accepts;
-mx_quantize / mx_dequantize / mx_qdq for both backends, every format, rounding and layout (one
+Covered: every kernel runnable here (registry.machine.probe.runnable_here) x every scheme it
+accepts; mx_quantize / mx_dequantize / mx_qdq for both backends, every format, rounding and layout (one
 input dtype per case, cycling, so every dtype is covered too); MXGroupedExperts with both
 backends for every scheme; triton-emulation's strategies (decode with split-K 1 / 2 / 3, the
 split fp4 layout, the 2-D accumulator, the generic fp4 decode, the GPU default configs; tiled;
@@ -31,9 +31,9 @@ from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
 from kernels.select.kernel_table import kernel_by_name
 from kernels.select.resolve import accepts
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from registry.catalog import load_schemes
-from registry.layers import platform_for_device
-from registry.probe import runnable_here
+from registry.files.catalog import load_schemes
+from registry.nn.layers import platform_for_device
+from registry.machine.probe import runnable_here
 
 from conftest import DEVICE, load_tool  # the GPU when there is one, else the CPU (Triton interpreter)
 

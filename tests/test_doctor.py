@@ -20,7 +20,7 @@ from test_plugins import install  # noqa: F401 - the fixture that installs the f
 from kernels.select.kernel_table import kernel_table
 from kernels.spec.platform import Platform
 from registry.cli import main
-from registry.probe import ENV_CACHE_DIR, cache_dir, record_path, runtime_versions
+from registry.machine.probe import ENV_CACHE_DIR, cache_dir, record_path, runtime_versions
 
 REPO = Path(__file__).resolve().parent.parent
 W4, W4A4 = "schemes/w_mxfp4.yaml", "schemes/w_mxfp4_a_mxfp4.yaml"
@@ -32,15 +32,15 @@ def cpu_host(monkeypatch):
     """Doctor as a CPU-only host sees it, on any machine (a GPU host too): platform detection
     answers cpu, so the probe runs on the CPU and the kernel table is the cpu one."""
     import kernels.spec.platform
-    import registry.doctor
-    import registry.probe
+    import registry.machine.doctor
+    import registry.machine.probe
 
     def detect_cpu() -> Platform:
         import torch  # noqa: F401 - detection needs torch, as the real one does
 
         return CPU
 
-    for module in (kernels.spec.platform, registry.doctor, registry.probe):
+    for module in (kernels.spec.platform, registry.machine.doctor, registry.machine.probe):
         monkeypatch.setattr(module, "detect", detect_cpu)
 
 
@@ -288,7 +288,7 @@ def test_doctor_probe_runs_and_records(capsys, cache, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the torch kernels only: fast
     code, out, err = run(capsys, "doctor", "--probe")
     assert code == 0
-    from registry.probe import record_path
+    from registry.machine.probe import record_path
     from kernels.spec.platform import detect
 
     n = len(json.loads(record_path(detect()).read_text())["pairs"])
@@ -377,7 +377,7 @@ def test_no_torch_in_a_fresh_process(cache):
 
 def test_no_triton_on_a_gpu_platform(cache):
     """What-if cuda:sm90 without triton: the triton-* kernels are listed and cannot run."""
-    setup = ("import registry.doctor as d\nfrom kernels.spec.platform import Platform\n"
+    setup = ("import registry.machine.doctor as d\nfrom kernels.spec.platform import Platform\n"
              "d.detect = lambda: Platform('cuda', 'sm90')")
     rc, data, _ = _doctor_subprocess("triton", cache, setup)
     env = data["environment"]

@@ -1,5 +1,5 @@
-"""`registry.hf_config.schemes_from_config`: reading HF quantization configs and mapping them to
-catalog schemes (the fixtures and expected schemes: tests/hf_config_fixtures.py; the
+"""`registry.configs.hf_config.schemes_from_config`: reading HF quantization configs and mapping
+them to catalog schemes (the fixtures and expected schemes: tests/hf_config_fixtures.py; the
 `registry resolve --from-config` command line: tests/test_from_config_cli.py).
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from hf_config_fixtures import EXPECTED, FIXTURES, GLOBAL, GROUP0, LAYER, fixture
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 from registry.errors import display_path
-from registry.hf_config import (ConfigError, group_for_module, nearest_scheme,
+from registry.configs.hf_config import (ConfigError, group_for_module, nearest_scheme,
                                 schemes_from_config)
-from registry.hf_quark import read_spec
+from registry.configs.hf_quark import read_spec
 
 
 # --- every fixture maps to the schemes written by hand (hf_config_fixtures.EXPECTED) -----------

@@ -7,7 +7,7 @@ import pytest
 
 from hf_config_fixtures import EXPECTED, FIXTURES, GLOBAL, LAYER
 from kernels.select.resolve import resolve
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 from registry.cli import main
 from registry.errors import display_path
 

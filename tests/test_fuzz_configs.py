@@ -38,10 +38,10 @@ from config_fuzzing import (BASES, SPEC_FIELDS, dump, dumped_layout, json_depth,
                             mutate_dict, mutate_text, spec_paths, wrapped)
 from fuzz_shares import Share, check_declaration, ran_its_share
 from registry import quantize_model_from_config
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 from registry.cli import main
 from registry.errors import display_path
-from registry.hf_config import ConfigError, schemes_from_config
+from registry.configs.hf_config import ConfigError, schemes_from_config
 
 
 
@@ -221,7 +221,7 @@ def test_json_lines_match_the_dumped_layout():
           max_examples=SHARES["test_json_lines_match_the_dumped_layout"].cases)
 @given(value=json_values, indent=st.sampled_from([1, 3]))
 def _json_lines(seen, value, indent):
-    from registry.json_lines import read_json_text
+    from registry.configs.json_lines import read_json_text
 
     text = json.dumps(value, indent=indent)
     data, lines = read_json_text(text)

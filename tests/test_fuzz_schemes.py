@@ -29,10 +29,10 @@ import yaml
 
 from fuzz_shares import Share, check_declaration, ran_its_share
 from kernels.spec.contract import QuantKey
-from registry.catalog import load_files
+from registry.files.catalog import load_files
 from registry.cli import main
 from registry.errors import display_path
-from registry.loader import SchemeDir, read_scheme_file
+from registry.files.loader import SchemeDir, read_scheme_file
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((REPO / "schemes").glob("*.yaml"))

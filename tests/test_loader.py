@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from registry import LINT_CHECKS, Catalog, Finding, QuantKey, load_schemes, run_lint
-from registry.catalog import load_files
+from registry.files.catalog import load_files
 from registry.errors import AmbiguousSchemeError, SchemeLoadError, UnknownSchemeError, warning
-from registry.loader import ENV_VAR, SchemeDir, read_scheme_file, scheme_dirs, shipped_dir
+from registry.files.loader import ENV_VAR, SchemeDir, read_scheme_file, scheme_dirs, shipped_dir
 
 REPO = Path(__file__).resolve().parent.parent
 BROKEN = Path(__file__).resolve().parent / "broken_schemes"
@@ -337,7 +337,7 @@ def test_lint_checks_are_a_list_to_extend(shipped, monkeypatch):
             if s.weight.format == "mxint8":
                 yield warning(str(s.source), s.line("weight.format"), "weight.format", "no int")
 
-    monkeypatch.setattr("registry.lint.LINT_CHECKS", LINT_CHECKS + [no_mxint8])
+    monkeypatch.setattr("registry.lint.checks.LINT_CHECKS", LINT_CHECKS + [no_mxint8])
     found = run_lint(shipped)
     assert [str(f) for f in found] == [
         f"{shipped.get('mxint8').source}:4: warning: weight.format: no int"]
@@ -350,7 +350,7 @@ def test_shipped_dir_is_found_from_a_checkout():
 
 
 def test_public_api_is_lazy_and_imports_no_torch():
-    code = ("import sys, json; import registry; before = 'registry.catalog' in sys.modules; "
+    code = ("import sys, json; import registry; before = 'registry.files.catalog' in sys.modules; "
             "c = registry.load_schemes(); c.get('mxfp4'); "
             "print(json.dumps([before, len(c), sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('torch', 'triton'))]))")

@@ -30,7 +30,7 @@ from kernels.mx import MXTensor
 from kernels.reference.moe import route
 from kernels.spec.contract import QuantKey, ScaleDesc, SchemeContract
 from kernels.triton import moe_grouped
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CATALOG = load_schemes()

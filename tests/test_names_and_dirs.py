@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 from registry.cli import main
 from registry.errors import AmbiguousSchemeError, BrokenSchemeError, UnknownSchemeError
-from registry.loader import ENV_VAR
+from registry.files.loader import ENV_VAR
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_W4A4 = REPO / "schemes" / "w_mxfp4_a_mxfp4.yaml"
@@ -92,7 +92,7 @@ def test_cli_resolve_refuses_the_repro(user_dir, capsys):
 
 def test_quantize_model_refuses_the_repro(user_dir, monkeypatch):
     torch = pytest.importorskip("torch")
-    from registry.quantize import quantize_model
+    from registry.nn.quantize import quantize_model
 
     monkeypatch.setenv(ENV_VAR, str(user_dir))
     model = torch.nn.Sequential(torch.nn.Linear(64, 64))

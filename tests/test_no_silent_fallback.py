@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernels.spec.platform import KNOWN_PLATFORMS, Platform
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 from kernels.select.resolve import (ENV_DISABLED, ENV_STRICT, STRICT_KINDS, ResolutionError,
                                     _steps, log_resolution, resolve)
 
@@ -151,41 +151,48 @@ def test_log_resolution_logs_each_deviation_once_and_nothing_for_a_plain_choice(
 
 REPORTED = "turns the error into a reported result (finding, row, message)"
 ALLOWED = {
-    ("registry/bench.py", "_run_task"): REPORTED + ": a FAIL / ERROR row, never timed",
-    ("registry/bench.py", "_time_both"): REPORTED + ": the row's error",
-    ("registry/bench.py", "environment"): "an absent optional module is recorded as absent",
+    ("registry/machine/bench.py", "_run_task"): REPORTED + ": a FAIL / ERROR row, never timed",
+    ("registry/machine/bench.py", "_time_both"): REPORTED + ": the row's error",
+    ("registry/machine/bench.py", "environment"): "an absent optional module is recorded as absent",
     ("kernels/spec/platform.py", "driver_version"): "the driver version is reported as unknown",
-    ("registry/bench.py", "plan_bench"): REPORTED + ": a skipped row with the reason",
-    ("registry/cli.py", "main"): "usage errors, --help and closed pipes end the command",
-    ("registry/cli.py", "_tolerant_output"): "an output stream without reconfigure stays as is",
-    ("registry/commands_kernels.py", "_resolve_one"): REPORTED,
-    ("registry/commands_kernels.py", "_run_from_config"): REPORTED + " (exit 1 / 2)",
-    ("registry/commands_kernels.py", "matrix_cells"): REPORTED + ": the cell says why",
+    ("registry/machine/bench.py", "plan_bench"): REPORTED + ": a skipped row with the reason",
+    ("registry/cli/app.py", "main"): "usage errors, --help and closed pipes end the command",
+    ("registry/cli/app.py", "_tolerant_output"): "an output stream without reconfigure stays as is",
+    ("registry/cli/resolving.py", "_resolve_one"): REPORTED,
+    ("registry/cli/resolving.py", "_run_from_config"): REPORTED + " (exit 1 / 2)",
+    ("registry/cli/resolving.py", "matrix_cells"): REPORTED + ": the cell says why",
     ("registry/errors.py", "display_path"): "a path outside the working directory is shown whole",
-    ("registry/hf_reading.py", "dump"): "a value JSON cannot write is shown with repr",
-    ("registry/hf_reading.py", "regex_problem"): REPORTED + ": the pattern's problem",
-    ("registry/commands.py", "record_or_warn"): "the probe record is a cache: a one-line warning",
-    ("registry/commands_doctor.py", "_probe_now"): "a broken plugin is already a doctor problem",
-    ("registry/doctor.py", "import_error"): "doctor reports an absent / broken module as a fact",
-    ("registry/doctor.py", "detect_platform"): "doctor reports a failed detection as a problem",
-    ("registry/doctor.py", "_gpu_facts"): "doctor reports a failed device query as a fact",
-    ("registry/doctor.py", "_why_not_loaded"): "doctor reports why a kernel does not load",
+    ("registry/configs/hf_reading.py", "dump"): "a value JSON cannot write is shown with repr",
+    ("registry/configs/hf_reading.py", "regex_problem"): REPORTED + ": the pattern's problem",
+    ("registry/cli/common.py", "record_or_warn"): "the probe record is a cache: a one-line warning",
+    ("registry/cli/doctor.py", "_probe_now"): "a broken plugin is already a doctor problem",
+    ("registry/machine/doctor.py", "import_error"):
+        "doctor reports an absent / broken module as a fact",
+    ("registry/machine/doctor.py", "detect_platform"):
+        "doctor reports a failed detection as a problem",
+    ("registry/machine/doctor.py", "_gpu_facts"): "doctor reports a failed device query as a fact",
+    ("registry/machine/doctor.py", "_why_not_loaded"): "doctor reports why a kernel does not load",
     ("registry/settings.py", "registry_version"):
         "not installed: the source tree's pyproject version, else 'unknown'",
-    ("registry/probe.py", "runtime_versions"): "an absent / broken runtime has no version",
-    ("registry/probe.py", "read_record"): REPORTED + ": no record, or a warning naming the file",
-    ("registry/hf_config.py", "_contract_of"): REPORTED + ": the group's problem",
-    ("registry/hf_config.py", "_reads_as_json"): "answers whether a text reads as JSON (quoted)",
-    ("registry/lint_kernels.py", "check_resolves"): REPORTED,
-    ("registry/loader.py", "_read_scheme"): REPORTED,
-    ("registry/loader.py", "_read_text"): REPORTED,
-    ("registry/loader.py", "shipped_dir"): "no installed data package: the checkout's schemes/",
-    ("registry/loader.py", "read_dir"): REPORTED,
-    ("registry/probe.py", "probe_pair"): REPORTED + ": a failed probe result",
-    ("registry/quantize.py", "_in_layer"): "an error type that cannot take a message is re-typed",
-    ("registry/schema.py", "check_file"): REPORTED,
-    ("registry/schema.py", "field_ok"): "answers whether a field is valid",
-    ("registry/yaml_lines.py", "_scalar"): "a number YAML cannot convert stays text (reported)",
+    ("registry/machine/probe.py", "runtime_versions"): "an absent / broken runtime has no version",
+    ("registry/machine/probe.py", "read_record"):
+        REPORTED + ": no record, or a warning naming the file",
+    ("registry/configs/hf_config.py", "_contract_of"): REPORTED + ": the group's problem",
+    ("registry/configs/hf_config.py", "_reads_as_json"):
+        "answers whether a text reads as JSON (quoted)",
+    ("registry/lint/kernel_checks.py", "check_resolves"): REPORTED,
+    ("registry/files/loader.py", "_read_scheme"): REPORTED,
+    ("registry/files/loader.py", "_read_text"): REPORTED,
+    ("registry/files/loader.py", "shipped_dir"):
+        "no installed data package: the checkout's schemes/",
+    ("registry/files/loader.py", "read_dir"): REPORTED,
+    ("registry/machine/probe.py", "probe_pair"): REPORTED + ": a failed probe result",
+    ("registry/nn/quantize.py", "_in_layer"):
+        "an error type that cannot take a message is re-typed",
+    ("registry/files/schema.py", "check_file"): REPORTED,
+    ("registry/files/schema.py", "field_ok"): "answers whether a field is valid",
+    ("registry/files/yaml_lines.py", "_scalar"):
+        "a number YAML cannot convert stays text (reported)",
     ("kernels/select/kernel_table.py", "_load"): REPORTED + ": the plugin's one-line problem",
     ("kernels/select/kernel_table.py", "_origin"):
         "an unreadable entry_points.txt has no line number",
@@ -254,8 +261,8 @@ def test_a_layer_logs_its_deviation_once_and_strict_refuses_to_build_it(caplog, 
     import torch
     from torch import nn
 
-    from registry.layers import MXLinear
-    from registry.quantize import quantize_model
+    from registry.nn.layers import MXLinear
+    from registry.nn.quantize import quantize_model
 
     model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 16))
     x = torch.randn(3, 64)
@@ -285,8 +292,8 @@ def test_a_strict_value_it_does_not_know_is_refused_by_every_api(monkeypatch, va
     import torch
     from torch import nn
 
-    from registry.layers import MXLinear
-    from registry.quantize import quantize_model
+    from registry.nn.layers import MXLinear
+    from registry.nn.quantize import quantize_model
     from kernels.spec.env import SettingError
 
     monkeypatch.setenv(ENV_STRICT, value)

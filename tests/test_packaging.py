@@ -51,8 +51,18 @@ def test_wheel_carries_the_shipped_schemes(wheel):
     shipped = {n for n in names if n.startswith("registry/_shipped/")}
     assert shipped == {f"registry/_shipped/{s}.yaml" for s in SCHEMES}
     assert {f"{s}.yaml" for s in SCHEMES} == {p.name for p in (REPO / "schemes").glob("*.yaml")}
-    assert "registry/cli.py" in names and "registry/contract.py" in names
+    assert "registry/cli/app.py" in names and "registry/contract.py" in names
     assert not [n for n in names if n.startswith("schemes/") or n.startswith("tests/")]
+
+
+def test_wheel_carries_every_module(wheel):
+    """pyproject.toml lists its packages one by one: a subpackage left out of the list would be
+    missing from an install (registry/nn, say, which `registry list` never imports)."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = {p.relative_to(REPO).as_posix() for pkg in ("registry", "kernels")
+               for p in (REPO / pkg).rglob("*.py") if "__pycache__" not in p.parts}
+    missing = sorted(sources - names)
+    assert not missing, f"add their packages to pyproject.toml [tool.setuptools]: {missing}"
 
 
 def test_installed_copy_lists_the_shipped_schemes(wheel, tmp_path):
@@ -66,7 +76,7 @@ def test_installed_copy_lists_the_shipped_schemes(wheel, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *kept])}
     env.pop("REGISTRY_SCHEMES_PATH", None)
     where = subprocess.run(
-        [sys.executable, "-c", "import registry, registry.loader as l; "
+        [sys.executable, "-c", "import registry, registry.files.loader as l; "
          "print(registry.__file__); print(l.shipped_dir())"],
         capture_output=True, text=True, cwd=tmp_path, env=env, check=True).stdout.split("\n")
     assert where[0].startswith(str(site)), where  # the installed copy, not the checkout

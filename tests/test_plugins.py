@@ -21,9 +21,9 @@ from kernels.select.kernel_table import (ENV_DISABLE_PLUGINS, KernelPluginError,
                                          reset_kernel_table, source_of)
 from kernels.select.resolve import ResolutionError, resolve
 from kernels.spec.platform import Platform
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 from registry.cli import main
-from registry.loader import ENV_VAR, shipped_dir
+from registry.files.loader import ENV_VAR, shipped_dir
 
 PLUGIN_PKG = Path(__file__).parent / "plugin_pkg"
 ACME = {"acme": "acme_mx_kernels.decls:kernels"}

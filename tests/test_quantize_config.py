@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from registry import quantize_model_from_config
-from registry.layers import MXLinear
+from registry.nn.layers import MXLinear
 
 CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
 

@@ -19,10 +19,10 @@ from kernels.mx import mx_dequantize, mx_qdq, mx_quantize
 from kernels.reference.fp8_tensor import fp8_tensor_qdq
 from kernels.select.resolve import ResolutionError, resolve
 from kernels.spec.platform import Platform
-from registry.catalog import load_schemes
+from registry.files.catalog import load_schemes
 from registry.errors import UnknownSchemeError
-from registry.layers import MXLinear, platform_for_device
-from registry.quantize import plan_quantization, quantize_model
+from registry.nn.layers import MXLinear, platform_for_device
+from registry.nn.quantize import plan_quantization, quantize_model
 
 CATALOG = load_schemes()
 SCHEMES = sorted(CATALOG.schemes)
@@ -355,7 +355,7 @@ def test_moving_to_another_platform_resolves_again(monkeypatch):
         platform = platform_for_device(device)  # the platform detection the layer itself uses
     else:
         device, platform = "cpu", Platform("cuda", "sm90")
-        monkeypatch.setattr("registry.layers.platform_for_device", lambda d: platform)
+        monkeypatch.setattr("registry.nn.layers.platform_for_device", lambda d: platform)
     want = resolve(CATALOG.get("w_mxfp6_e3m2"), platform, shape=(32, 64), act_dtype="float32")
     assert want.kernel is not None and str(platform) != "cpu"
     if not torch.cuda.is_available():  # the what-if pins the choice the interpreter runs

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from kernels.spec.contract import ELEMENT_FORMATS, QuantKey, suggestions
-from registry.catalog import load_files
+from registry.files.catalog import load_files
 from registry.cli import main
-from registry.lint import run_lint
-from registry.loader import read_scheme_file
+from registry.lint.checks import run_lint
+from registry.files.loader import read_scheme_file
 
 REPO = Path(__file__).resolve().parent.parent
 BROKEN = REPO / "tests" / "broken_schemes"
@@ -174,7 +174,7 @@ def _tensor_of(key: QuantKey) -> dict:
 ])
 def test_role_rules_hold_a_role_to_exactly_its_keys(capsys, picked):
     """Whatever set of keys the kernel table allows a role, the rules allow exactly it."""
-    from registry.schema_rules import role_rules, valid_keys
+    from registry.lint.schema_rules import role_rules, valid_keys
 
     keys = {QuantKey.parse(k) for k in picked.split()}
     defs = exported(capsys).schema["$defs"]

@@ -59,8 +59,8 @@ class ReferenceEmulationLinear(LinearKernel):
     def apply(self, x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None) -> Tensor:
         check_input(x, prepared, self.name)
         check_bias(bias, prepared.out_features, x.device, self.name)
-        xq = self.qdq_activation(x, prepared, backend="reference")
-        w = mx_dequantize(prepared.weight, torch.float32, backend="reference")
+        xq = self.qdq_activation(x, prepared, backend="reference-qdq")
+        w = mx_dequantize(prepared.weight, torch.float32, backend="reference-qdq")
         b = None if bias is None else bias.float()
         return _linear_2d(xq.float(), w, b).to(x.dtype)
 

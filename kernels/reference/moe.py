@@ -5,8 +5,9 @@ One expert here is ONE linear layer [N, K] (an MX weight). A SwiGLU expert MLP i
 does not build the MLP.
 
 Numerics (the contract the Triton kernel keeps, see kernels/triton/moe_grouped.py):
-  xq   = dispatcher QDQ of x for the activation key (kernels.dispatch.activation_qdq), in x's
-         dtype; weight-only (key None) leaves x as it is;
+  xq   = dispatcher QDQ of x for the activation key (kernels.dispatch.activation_qdq; the qdq
+         kernel the caller resolved, reference-qdq by default), in x's dtype; weight-only (key
+         None) leaves x as it is;
   y_k  = F.linear(xq.float(), dequantized expert weight in fp32)     (fp32, per routed slot k)
   out  = (((w_0 * y_0) + w_1 * y_1) + ...)  in fp32, slots in order k = 0, 1, ..., top_k - 1
   then ONE cast to the output dtype (x's dtype by default, RNE).
@@ -107,9 +108,12 @@ def combine_slots(weighted: Tensor) -> Tensor:
 
 def grouped_experts_reference(x: Tensor, weight: MXTensor, activation: QuantKey | None,
                               act_scale: Tensor | None, topk_ids: Tensor, topk_weights: Tensor,
-                              out_dtype: torch.dtype | None = None) -> Tensor:
+                              out_dtype: torch.dtype | None = None, *,
+                              qdq: str = "reference-qdq") -> Tensor:
     """x [T, K], weight MXTensor [E, N, K], routing [T, top_k] (validated) -> [T, N] out_dtype
-    (default x's dtype). out_dtype float32 gives the fp32 result before the final cast."""
+    (default x's dtype). out_dtype float32 gives the fp32 result before the final cast.
+    `qdq`: the qdq kernel that quantizes the activation (kernels.moe passes the layer's
+    resolved one; every qdq kernel gives the same bits)."""
     tokens = x.shape[0]
     num_experts, n, _ = weight.shape
     top_k = topk_ids.shape[1]
@@ -119,9 +123,9 @@ def grouped_experts_reference(x: Tensor, weight: MXTensor, activation: QuantKey 
     if activation is None:
         xq = x
     else:
-        xq = dispatch.activation_qdq(activation, backend="reference")(x, act_scale)
+        xq = dispatch.activation_qdq(activation, backend=qdq)(x, act_scale)
     xq = xq.float()
-    w = mx_dequantize(weight, torch.float32, backend="reference")  # [E, N, K]
+    w = mx_dequantize(weight, torch.float32, backend="reference-qdq")  # [E, N, K]
     weighted = torch.empty((tokens, top_k, n), dtype=torch.float32, device=x.device)
     for k in range(top_k):
         y = torch.empty((tokens, n), dtype=torch.float32, device=x.device)

@@ -1,9 +1,12 @@
 """The activation keys the QDQ dispatcher handles, as data (no torch import).
 
-This set is the dispatcher's whole vocabulary: `kernels.dispatch.activation_qdq` serves exactly
-these keys, kernel declarations say "every key the dispatcher knows" by naming this set, and
-`registry lint` reports any scheme whose activation key is not in it. A key missing here is an
-error at lint time and at run time, never a silent pass-through (the "mxfp6" bug).
+The key families live here (MX_DYNAMIC_KEYS, FP8_STATIC_TENSOR_KEY); which of them the
+dispatcher serves is what the qdq kernels declare (kernels.select.declarations.QDQ_KERNELS),
+so `DISPATCH_KEYS` is derived from those declarations and re-exported here (loaded on first
+use). `kernels.dispatch.activation_qdq` serves exactly these keys, kernel declarations say
+"every key the dispatcher knows" by naming this set, and `registry lint` reports any scheme
+whose activation key is not in it. A key missing here is an error at lint time and at run
+time, never a silent pass-through (the "mxfp6" bug).
 """
 from __future__ import annotations
 
@@ -22,10 +25,16 @@ FP8_STATIC_TENSOR_KEY = QuantKey(
     format="fp8_e4m3", scale=ScaleDesc(format="fp32", granularity="tensor", static=True)
 )
 
-#: Every activation key the dispatcher can quantize-dequantize.
-DISPATCH_KEYS: frozenset[QuantKey] = MX_DYNAMIC_KEYS | {FP8_STATIC_TENSOR_KEY}
-
 
 def mx_keys(formats, *, static: bool, roundings=ROUNDINGS) -> frozenset[QuantKey]:
     """MX keys (e8m0 block-32 scales) for the given formats and roundings."""
     return frozenset(QuantKey.mx(f, rounding=r, static=static) for f in formats for r in roundings)
+
+
+def __getattr__(name: str):
+    # DISPATCH_KEYS: every key a qdq kernel declares (declarations imports this module)
+    if name == "DISPATCH_KEYS":
+        from kernels.select.declarations import DISPATCH_KEYS
+
+        return DISPATCH_KEYS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

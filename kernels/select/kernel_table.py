@@ -1,4 +1,4 @@
-"""The merged kernel table: the built-in declarations plus third-party kernel plugins.
+"""The merged kernel table: the built-in declarations (every kind) plus third-party kernel plugins.
 
 Every reader of kernel declarations (resolve, lint, `registry matrix`, `load_kernel`) goes
 through this module, so a plugin kernel resolves, lints, shows in the matrix and runs exactly
@@ -16,8 +16,8 @@ The object an entry point names is one of
 - a list / tuple of those;
 - a function taking no arguments that returns any of the above.
 Each declaration's `impl` is "package.module:Class", a `kernels.base.LinearKernel` subclass whose
-`name` equals the declaration's name; it is imported only by `load_kernel`, so keep the
-entry-point module itself free of torch / triton.
+`name` equals the declaration's name, imported only by `load_kernel` (keep the entry-point
+module free of torch / triton). Plugins declare linear kernels; `uses` names QDQ kernels.
 
 Placement: a plugin kernel joins the candidate list of each platform it runs on, just before
 the named `before` kernel (or just after `after`) when that kernel is a candidate there, and
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from kernels.select.declarations import KERNELS, Family, KernelDecl
+from kernels.select.declarations import ALL_KERNELS, KINDS, Family, KernelDecl
 from kernels.select.declarations import candidates_for as builtin_candidates_for
 from kernels.spec.env import ENV_DISABLE_PLUGINS, env_flag
 from kernels.spec.platform import Platform
@@ -48,7 +48,7 @@ from kernels.spec.platform import Platform
 __all__ = ["ENTRY_POINT_GROUP", "BUILTIN", "BUILTIN_MODULE", "REFERENCE_FALLBACKS", "PluginKernel",
            "PluginOrigin", "PluginProblem", "KernelPluginError", "KernelEntry", "KernelTable",
            "kernel_decls", "kernel_by_name", "candidates_for", "source_of", "plugins_enabled",
-           "kernel_table", "reset_kernel_table"]
+           "kernel_table", "reset_kernel_table", "load_impl"]
 
 ENTRY_POINT_GROUP = "registry.kernels"
 BUILTIN = "built-in"
@@ -145,8 +145,13 @@ class KernelTable:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Every kernel name that loaded (usable in messages even when there are problems)."""
+        """Every kernel name that loaded, all kinds (usable in messages even when there are
+        problems): what --disable / REGISTRY_DISABLED_KERNELS may name."""
         return tuple(e.decl.name for e in self.entries)
+
+    def names_of(self, kind: str) -> tuple[str, ...]:
+        """The kernel names of one kind."""
+        return tuple(e.decl.name for e in self.entries if e.decl.kind == kind)
 
     def check(self) -> None:
         if self.problems:
@@ -159,12 +164,13 @@ class KernelTable:
                 return e
         raise KeyError(f"unknown kernel {name!r}; known: {', '.join(self.names)}")
 
-    def candidates_for(self, platform: Platform) -> tuple[KernelDecl, ...]:
-        """The platform's built-in order with each plugin kernel that runs there inserted."""
+    def candidates_for(self, platform: Platform, kind: str = "linear") -> tuple[KernelDecl, ...]:
+        """The platform's built-in order of `kind` with each plugin kernel of that kind that
+        runs there inserted."""
         self.check()
-        order = list(builtin_candidates_for(platform))
+        order = list(builtin_candidates_for(platform, kind))
         for e in self.entries:
-            if e.origin is None or not e.decl.runs_on(platform):
+            if e.origin is None or e.decl.kind != kind or not e.decl.runs_on(platform):
                 continue
             names = [d.name for d in order]
             if e.before in names:
@@ -191,11 +197,14 @@ class KernelTable:
 
 # --- the public look-ups ------------------------------------------------------------------------
 
-def kernel_decls() -> tuple[KernelDecl, ...]:
-    """Every kernel declaration: built-in, then plugins (KernelPluginError if one is broken)."""
+def kernel_decls(kind: Optional[str] = "linear") -> tuple[KernelDecl, ...]:
+    """The kernel declarations of `kind` (None: every kind): built-in, then plugins
+    (KernelPluginError if one is broken)."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"unknown kernel kind {kind!r}; kinds: {', '.join(KINDS)}")
     table = kernel_table()
     table.check()
-    return tuple(e.decl for e in table.entries)
+    return tuple(e.decl for e in table.entries if kind is None or e.decl.kind == kind)
 
 
 def kernel_by_name(name: str) -> KernelDecl:
@@ -211,6 +220,16 @@ def candidates_for(platform: Platform) -> tuple[KernelDecl, ...]:
 def source_of(kernel_name: str) -> str:
     """'built-in' or 'plugin DIST (entry point EP)'."""
     return kernel_table().entry(kernel_name).source
+
+
+def load_impl(name: str) -> Any:
+    """What a kernel's `impl` names, imported: "module" -> the module (a qdq kernel's quantize /
+    dequantize / qdq), "module:attr" -> that attribute (a moe kernel's function, a linear
+    kernel's class). Cached by Python's module cache."""
+    impl = kernel_table().entry(name).decl.impl
+    module, _, attr = impl.partition(":")
+    obj = importlib.import_module(module)
+    return getattr(obj, attr) if attr else obj
 
 
 # Thread safety: the table is built (plugins imported and called) under _LOCK, so threads that
@@ -253,16 +272,19 @@ def kernel_table() -> KernelTable:
 
 def reset_kernel_table() -> None:
     """Forget the cached table (after installing a plugin in a running process, and in tests)."""
+    from kernels.select.resolve import clear_resolution_cache
+
     _refuse_reentry("reset_kernel_table()")
     with _LOCK:
         _CACHE.clear()
+    clear_resolution_cache()
     importlib.invalidate_caches()
 
 
 # --- building the table -------------------------------------------------------------------------
 
 def _build(enabled: bool) -> KernelTable:
-    entries = [KernelEntry(d) for d in KERNELS]
+    entries = [KernelEntry(d) for d in ALL_KERNELS]
     if not enabled:
         return KernelTable(tuple(entries), (), False, ())
     problems: list[PluginProblem] = []
@@ -286,7 +308,13 @@ def _build(enabled: bool) -> KernelTable:
                 continue
             entries.append(KernelEntry(decl, origin, before, after))
     names = {e.decl.name for e in entries}
+    qdq = {e.decl.name for e in entries if e.decl.kind == "qdq"}
     for e in entries:
+        for used in e.decl.uses:
+            if e.origin is not None and used not in qdq:
+                problems.append(PluginProblem.of(e.origin, (
+                    f"kernel {e.decl.name!r} uses {used!r}, which is no QDQ kernel (QDQ "
+                    f"kernels: {', '.join(sorted(qdq))})")))
         for anchor in (e.before, e.after):
             if anchor is not None and anchor not in names:
                 problems.append(PluginProblem.of(e.origin, (
@@ -353,6 +381,9 @@ def _check_item(item: Any) -> Optional[str]:
         return (f"it gave {type(item).__name__} {shown}; expected a KernelDecl, a "
                 "PluginKernel, a list of them or a function returning them")
     decl = item.decl if isinstance(item, PluginKernel) else item
+    if decl.kind != "linear":
+        return (f"kernel {decl.name!r} has kind {decl.kind!r}; kernel plugins declare linear "
+                "kernels (kind 'linear'): MoE and QDQ kernels are built in")
     if not isinstance(decl.name, str) or not _NAME.fullmatch(decl.name):
         return (f"kernel name {decl.name!r} is not a plain name (letters, digits, "
                 "'.', '_', '-')")

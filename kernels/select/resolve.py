@@ -1,22 +1,28 @@
-"""Resolution: for a contract and a platform, the kernel that implements it, and why not the others.
+"""Resolution: for a contract (or a key) and a platform, the kernel that implements it, and why
+not the others. The one chooser of every kind of kernel: linear, moe and qdq.
 
-Each candidate of the platform's ordered list (kernels.select.kernel_table: the built-in
-PRIORITY of kernels.select.declarations with plugin kernels placed in it) goes through the same
-steps, each giving (ok, reason): disabled? -> runs on this platform? -> accepts this contract
-(declared data)? -> fits the layer's shape / dtype (when a shape is given)? The first full
-match wins.
+Each candidate of the platform's ordered list for the kind (kernels.select.kernel_table: the
+built-in orders of kernels.select.declarations with plugin kernels placed in them) goes through
+the same steps, each giving (ok, reason): disabled (itself, or a QDQ kernel it `uses`)? -> runs
+on this platform (or, where declared, in the Triton interpreter)? -> accepts this contract / key
+(declared data, kernels.select.acceptance)? -> fits the layer's shape / dtype (when a shape is
+given)? The first full match wins.
 
 Every way the kernel that runs differs from the platform's plain first choice is a `Deviation`
 in the result: `fallback` (an emulated kernel won where a kernel native here was listed first),
-`forced` (force= / --force skipped the order), `disabled` (a disabled kernel would have run) and
-`plugin` (a kernel plugin won). `strict` (or REGISTRY_STRICT=1) turns each of the first three into
-a ResolutionError; `log_resolution` logs a layer's deviations once, where the layer is built.
-A contract with an activation key is never handed to a weight-only kernel (`accepts`), and
-`kernels.base.LinearKernel.prepare` refuses such a pairing too. A broken kernel plugin makes
-every resolution refuse with the plugin's one-line error. Nothing here imports torch, nor
-the registry: a scheme is anything carrying a contract in `.contract` (and a `.name`), e.g.
-registry.contract.Scheme. Deviations are logged on the `registry.resolve` logger (its name
-is what users configure: README, tests).
+`forced` (force= / --force / backend= skipped the order), `disabled` (a disabled kernel would
+have run) and `plugin` (a kernel plugin won). `strict` (or REGISTRY_STRICT=1) turns each of the
+first three into a ResolutionError; `log_resolution` logs a layer's deviations once, where the
+layer is built. A contract with an activation key is never handed to a weight-only kernel
+(`accepts`), and `kernels.base.LinearKernel.prepare` refuses such a pairing too. A broken
+kernel plugin makes every resolution refuse with the plugin's one-line error.
+
+`resolve_cached` is the hot path (kernels.mx and the dispatcher call it per call): the same
+answer, kept per (kind, subject, platform, force, and the REGISTRY_DISABLED_KERNELS /
+REGISTRY_STRICT / TRITON_INTERPRET values, read each call). Nothing here imports torch, nor the
+registry: a scheme is anything carrying a contract in `.contract` (and a `.name`), e.g.
+registry.contract.Scheme. Deviations are logged on the `registry.resolve` logger (its name is
+what users configure: README, tests).
 """
 from __future__ import annotations
 
@@ -25,13 +31,16 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional, Union
 
+from kernels.select.acceptance import accepts, describe_keys
+from kernels.select.declarations import KINDS
 from kernels.spec.contract import HasContract, QuantKey, SchemeContract, contract_of
-from kernels.spec.env import ENV_STRICT, env_flag
+from kernels.spec.env import ENV_STRICT, ENV_TRITON_INTERPRET, env_flag, triton_interpreted
 from kernels.spec.platform import Platform, platform_of
 
 __all__ = ["ENV_DISABLED", "REASON_CHARS", "STRICT_KINDS", "LOG", "Candidate", "Deviation",
            "Resolution", "ResolutionError", "describe_keys", "accepts", "env_disabled",
-           "check_kernel_names", "cut_reason", "brief_reasons", "resolve", "log_resolution"]
+           "check_kernel_names", "cut_reason", "brief_reasons", "resolve", "resolve_cached",
+           "clear_resolution_cache", "log_resolution"]
 
 ENV_DISABLED = "REGISTRY_DISABLED_KERNELS"
 #: Each candidate's reason is cut to this many characters in an error's one line (the
@@ -73,25 +82,31 @@ class Deviation:
 class Resolution:
     scheme: Optional[str]
     platform: str
-    contract: SchemeContract
+    contract: Union[SchemeContract, QuantKey]  # a qdq resolution's subject is its key
     kernel: Optional[str]
     fallback: bool
     forced: bool
     candidates: tuple[Candidate, ...]
     disabled: tuple[str, ...] = ()
     deviations: tuple[Deviation, ...] = ()
+    kind: str = "linear"
 
     @property
     def chosen(self) -> Optional[Candidate]:
         return next((c for c in self.candidates if c.kernel == self.kernel), None)
 
     def to_dict(self) -> dict:
-        act = self.contract.activation
+        if self.kind == "qdq":
+            subject = {"key": str(self.contract)}
+        else:
+            act = self.contract.activation
+            subject = {"weight": str(self.contract.weight),
+                       "activation": None if act is None else str(act)}
         return {
             "scheme": self.scheme,
+            "kind": self.kind,
             "platform": self.platform,
-            "weight": str(self.contract.weight),
-            "activation": None if act is None else str(act),
+            **subject,
             "kernel": self.kernel,
             "native": bool(self.chosen and self.chosen.native),
             "fallback": self.fallback,
@@ -103,58 +118,11 @@ class Resolution:
 
 
 class ResolutionError(Exception):
-    """Nothing can implement the contract (or strict mode refused a fallback)."""
+    """Nothing can implement the contract / key (or strict mode refused a deviation)."""
 
     def __init__(self, message: str, resolution: Resolution):
         super().__init__(message)
         self.resolution = resolution
-
-
-def describe_keys(keys: Iterable[Optional[QuantKey]]) -> str:
-    """A compact list of key families: 'mxfp4|mxfp8_e4m3 (e8m0/b32, dynamic), none'."""
-    groups: dict[tuple, set[str]] = {}
-    has_none = False
-    for k in keys:
-        if k is None:
-            has_none = True
-            continue
-        s = k.scale
-        where = f"b{s.block}" if s.granularity == "block" else s.granularity
-        groups.setdefault((s.format, where, s.static), set()).add(k.format)
-    parts = [f"{'|'.join(sorted(fmts))} ({sf}/{where}, {'static' if st else 'dynamic'})"
-             for (sf, where, st), fmts in sorted(groups.items())]
-    if has_none:
-        parts.append("none (weight-only)")
-    return ", ".join(parts)
-
-
-def accepts(decl, contract: SchemeContract,
-            platform: Optional[Platform] = None) -> tuple[bool, str]:
-    """Whether a kernel's declared families hold this contract (on `platform`, when given)."""
-    w, a = contract.weight, contract.activation
-    with_weight = [f for f in decl.accepts if w in f.weights]
-    if platform is not None and with_weight:
-        here = [f for f in with_weight if f.runs_on(platform)]
-        if not here:
-            where = ", ".join(r for f in with_weight for r in f.platforms)
-            return False, f"weight {w}: this kernel implements it only on {where}, not {platform}"
-        with_weight = here
-    if not with_weight:
-        every = set().union(*(f.weights for f in decl.accepts))
-        return False, f"weight {w} not implemented (takes {describe_keys(every)})"
-    for fam in with_weight:
-        if a in fam.activations:
-            return True, f"implements {fam.note}"
-    takes = set().union(*(f.activations for f in with_weight))
-    if a is None:
-        return False, ("weight-only contract (activation none) not implemented: this kernel "
-                       f"quantizes activations ({describe_keys(takes)})")
-    if a.is_mx and a.static:
-        return False, f"static MX activation key {a} rejected: MX activation scales are dynamic"
-    if None in takes and len(takes) == 1:
-        return False, (f"activation {a} rejected: this kernel is weight-only and would run the "
-                       "layer unquantized")
-    return False, f"activation {a} not implemented (takes {describe_keys(takes)})"
 
 
 def env_disabled() -> tuple[str, ...]:
@@ -195,16 +163,19 @@ def brief_reasons(candidates: Iterable[Candidate]) -> str:
 
 
 def resolve(
-    scheme_or_contract: Union[HasContract, SchemeContract],
+    scheme_or_contract: Union[HasContract, SchemeContract, QuantKey],
     platform: Union[str, Platform, None] = None,
     *,
+    kind: str = "linear",
     strict: bool = False,
     disabled: Iterable[str] = (),
     force: Optional[str] = None,
     shape: Optional[tuple[int, int]] = None,
     act_dtype: Optional[str] = None,
+    forced_by: str = "force= / --force",
 ) -> Resolution:
-    """Pick the kernel for a scheme (or bare contract) on a platform (None: this machine).
+    """Pick the `kind` kernel ("linear", "moe" or "qdq") for a scheme, a bare contract or (qdq)
+    a QuantKey on a platform (None: this machine).
 
     A scheme is anything carrying a SchemeContract in `.contract` (registry.contract.Scheme);
     its `.name`, when it has one, labels the result and the messages.
@@ -213,38 +184,35 @@ def resolve(
     ResolutionError listing every candidate's reason when none fits, or in strict mode
     (`strict=True` or REGISTRY_STRICT=1) when the choice is a fallback, was forced, or is not
     the kernel that would run without the disabled ones (`Resolution.deviations` lists each).
+    `forced_by` names the switch that set `force` in messages (kernels.mx: "backend=...").
     """
     from kernels.select.kernel_table import kernel_table
 
-    contract = contract_of(scheme_or_contract)
-    if contract is None:
-        raise TypeError(f"resolve() takes a Scheme (anything with a SchemeContract in "
-                        f".contract) or a SchemeContract, got {type(scheme_or_contract).__name__}")
-    name = None if contract is scheme_or_contract else getattr(scheme_or_contract, "name", None)
+    contract, name = _subject(scheme_or_contract, kind)
     plat = platform_of(platform)
     strict = env_flag(ENV_STRICT) or strict  # read (and checked) even when strict=True
     off = tuple(dict.fromkeys(list(disabled) + list(env_disabled())))
     label = name or str(contract)
+    what = "kernel" if kind == "linear" else f"{kind} kernel"
     table = kernel_table()
     if table.problems:
-        res = Resolution(name, str(plat), contract, None, False, bool(force), (), off)
+        res = Resolution(name, str(plat), contract, None, False, bool(force), (), off, (), kind)
         raise ResolutionError(f"cannot resolve {label} on {plat}: "
                               + "; ".join(str(p) for p in table.problems), res)
     check_kernel_names(list(disabled), "disabled=", table.names)
     check_kernel_names(env_disabled(), ENV_DISABLED, table.names)
-    check_kernel_names([] if force is None else [force], "force=", table.names)
+    check_kernel_names([] if force is None else [force], "force=", table.names_of(kind))
 
-    order = table.candidates_for(plat)
-    if force:
-        order = (table.entry(force).decl,)
+    order = (table.entry(force).decl,) if force else table.candidates_for(plat, kind)
     sources = {e.decl.name: e.source for e in table.entries}
+    interpreted = triton_interpreted()
     results: list[Candidate] = []
     chosen: Optional[str] = None
     native_listed_before = False
     fallback = False
     for decl in order:
         native = decl.is_native_on(plat)
-        ok, why = _steps(decl, plat, contract, off, shape, act_dtype)
+        ok, why = _steps(decl, plat, contract, off, shape, act_dtype, interpreted=interpreted)
         if ok and chosen is None:
             chosen = decl.name
             fallback = native_listed_before and not native
@@ -257,45 +225,75 @@ def resolve(
             native_listed_before = True
 
     deviations = _deviations(order, plat, contract, shape, act_dtype, chosen, force, fallback,
-                             results, sources, off, disabled)
+                             results, sources, off, disabled, interpreted, forced_by)
     res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), tuple(results), off,
-                     deviations)
+                     deviations, kind)
     if chosen is None:
-        raise ResolutionError(f"no kernel implements {label} on {plat}: "
+        raise ResolutionError(f"no {what} implements {label} on {plat}: "
                               f"{brief_reasons(results) or 'no candidates'}", res)
     refused = [d for d in deviations if d.kind in STRICT_KINDS]
     if strict and refused:
         # Each deviation names the kernel that runs and the switch behind it; `how` adds the fix.
         how = {"fallback": f" (drop --strict / {ENV_STRICT} to allow it)",
-               "forced": " (drop --force / force=)", "disabled": ""}
+               "forced": f" (drop {_FORCE_SWITCHES.get(forced_by, forced_by)})", "disabled": ""}
         raise ResolutionError(f"strict mode: {label} on {plat}: "
                               + "; ".join(f"{d}{how[d.kind]}" for d in refused), res)
     return res
 
 
-def _deviations(order, plat: Platform, contract: SchemeContract, shape, act_dtype,
-                chosen: Optional[str], force: Optional[str], fallback: bool,
-                results: list[Candidate], sources: dict[str, str], off: tuple[str, ...],
-                disabled: Iterable[str]) -> tuple[Deviation, ...]:
+_FORCE_SWITCHES = {"force= / --force": "--force / force="}  # how the fix is worded
+
+
+def _subject(value, kind: str) -> tuple[Union[SchemeContract, QuantKey], Optional[str]]:
+    """(the contract or key resolved, the scheme's name or None); TypeError for anything else."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kernel kind {kind!r}; kinds: {', '.join(KINDS)}")
+    if kind == "qdq":
+        if not isinstance(value, QuantKey):
+            raise TypeError(f"resolve(kind='qdq') takes a QuantKey (the key to quantize), got "
+                            f"{type(value).__name__}")
+        return value, None
+    contract = contract_of(value)
+    if contract is None:
+        raise TypeError(f"resolve() takes a Scheme (anything with a SchemeContract in "
+                        f".contract) or a SchemeContract, got {type(value).__name__}")
+    return contract, None if contract is value else getattr(value, "name", None)
+
+
+def _blocker(decl, off: tuple[str, ...]) -> Optional[str]:
+    """The disabled kernel that refuses `decl`: itself, or a QDQ kernel it uses."""
+    if decl.name in off:
+        return decl.name
+    return next((u for u in decl.uses if u in off), None)
+
+
+def _deviations(order, plat: Platform, contract, shape, act_dtype, chosen: Optional[str],
+                force: Optional[str], fallback: bool, results: list[Candidate],
+                sources: dict[str, str], off: tuple[str, ...], disabled: Iterable[str],
+                interpreted: bool, forced_by: str) -> tuple[Deviation, ...]:
     """What made `chosen` differ from the kernel the platform's plain order would pick."""
     if chosen is None:
         return ()
     out = []
     if force:
-        out.append(Deviation("forced", f"kernel {force} was forced (force= / --force); the "
+        out.append(Deviation("forced", f"kernel {force} was forced ({forced_by}); the "
                                        f"platform's order was not consulted"))
     if fallback:
         why = brief_reasons(c for c in results if c.native and not c.accepted)
         out.append(Deviation("fallback", f"{chosen} (emulated) runs; native kernels listed "
                                          f"first cannot: {why}"))
     # The plain order's choice differs only if a kernel listed before `chosen` was refused for
-    # being disabled and passes every other step: re-check just those.
-    before = [d for d in order[:[d.name for d in order].index(chosen)] if d.name in off]
-    plain = next((d.name for d in before
-                  if _steps(d, plat, contract, (), shape, act_dtype)[0]), None)
+    # being disabled (or using a disabled QDQ kernel) and passes every other step: re-check
+    # just those.
+    before = [d for d in order[:[d.name for d in order].index(chosen)] if _blocker(d, off)]
+    plain = next((d for d in before
+                  if _steps(d, plat, contract, (), shape, act_dtype, interpreted=interpreted)[0]),
+                 None)
     if not force and plain is not None:
-        via = "disabled=/--disable" if plain in set(disabled) else ENV_DISABLED
-        out.append(Deviation("disabled", f"{plain} would run but is disabled ({via}); "
+        culprit = _blocker(plain, off)
+        via = "disabled=/--disable" if culprit in set(disabled) else ENV_DISABLED
+        what = "is disabled" if culprit == plain.name else f"uses {culprit}, which is disabled"
+        out.append(Deviation("disabled", f"{plain.name} would run but {what} ({via}); "
                                          f"{chosen} runs instead"))
     if sources.get(chosen, "built-in") != "built-in":
         out.append(Deviation("plugin", f"{chosen} comes from {sources[chosen]}"))
@@ -311,12 +309,21 @@ def log_resolution(res: Resolution, layer: Optional[str] = None) -> None:
                     "; ".join(str(d) for d in res.deviations))
 
 
-def _steps(decl, plat: Platform, contract: SchemeContract, off: tuple[str, ...],
-           shape: Optional[tuple[int, int]], act_dtype: Optional[str]) -> tuple[bool, str]:
-    if decl.name in off:
+def _steps(decl, plat: Platform, contract, off: tuple[str, ...],
+           shape: Optional[tuple[int, int]], act_dtype: Optional[str], *,
+           interpreted: Optional[bool] = None) -> tuple[bool, str]:
+    blocker = _blocker(decl, off)
+    if blocker == decl.name:
         return False, f"disabled (--disable / {ENV_DISABLED})"
+    if blocker is not None:
+        return False, f"uses {blocker}, which is disabled"
+    mode = "native" if decl.is_native_on(plat) else "emulated"
     if not decl.runs_on(plat):
-        return False, f"does not run on {plat} (runs on {', '.join(decl.platforms)})"
+        if not decl.interpreted_on_platform(plat):
+            return False, f"does not run on {plat} (runs on {', '.join(decl.platforms)})"
+        if not (triton_interpreted() if interpreted is None else interpreted):
+            return False, f"runs on {plat} only in the Triton interpreter: set TRITON_INTERPRET=1"
+        mode = "in the Triton interpreter"
     ok, why = accepts(decl, contract, plat)
     if not ok:
         return False, why
@@ -324,5 +331,40 @@ def _steps(decl, plat: Platform, contract: SchemeContract, off: tuple[str, ...],
         ok, lim = decl.check_limits(shape[1], shape[0], act_dtype)
         if not ok:
             return False, lim
-    mode = "native" if decl.is_native_on(plat) else "emulated"
     return True, f"{why} ({mode} on {plat})"
+
+
+# --- the hot path: the same answer, cached -----------------------------------------------------
+
+_CACHE: dict[tuple, Resolution] = {}
+_CACHE_LIMIT = 4096  # distinct (kind, subject, platform, switches): far more than any run has
+
+
+def resolve_cached(subject: Union[SchemeContract, QuantKey], platform: Platform, *,
+                   kind: str, force: Optional[str] = None,
+                   forced_by: str = "force= / --force") -> Resolution:
+    """resolve(subject, platform, kind=, force=) with the environment's switches, remembered per
+    (kind, subject, platform, force, REGISTRY_DISABLED_KERNELS, REGISTRY_STRICT, and
+    TRITON_INTERPRET when forced): the environment is read on every call (a few dict reads), so a changed
+    variable is a new entry, never a stale answer. Refusals are not remembered (they raise
+    again); a new entry's deviations are logged once (log_resolution). For per-call choices
+    (kernels.mx, the dispatcher); a layer resolves once with `resolve` where it is built."""
+    env = os.environ
+    # TRITON_INTERPRET decides only for a forced kernel: the platforms' orders list no kernel
+    # that runs there only interpreted (kernels.select.declarations, plugin placement)
+    key = (kind, subject, platform, force, env.get(ENV_DISABLED), env.get(ENV_STRICT),
+           force and env.get(ENV_TRITON_INTERPRET))
+    res = _CACHE.get(key)
+    if res is None:
+        res = resolve(subject, platform, kind=kind, force=force, forced_by=forced_by)
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[key] = res
+        log_resolution(res, f"{kind} {subject}")
+    return res
+
+
+def clear_resolution_cache() -> None:
+    """Forget resolve_cached's answers (kernels.select.kernel_table.reset_kernel_table calls it:
+    a new plugin table may answer differently)."""
+    _CACHE.clear()

@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-__all__ = ["ENV_STRICT", "ENV_DISABLE_PLUGINS", "ENV_FLAGS", "TRUE_WORDS", "FALSE_WORDS",
-           "SettingError", "env_flag", "check_env_flags"]
+__all__ = ["ENV_STRICT", "ENV_DISABLE_PLUGINS", "ENV_TRITON_INTERPRET", "ENV_FLAGS", "TRUE_WORDS",
+           "FALSE_WORDS", "SettingError", "env_flag", "check_env_flags", "triton_interpreted"]
 
 ENV_STRICT = "REGISTRY_STRICT"
 ENV_DISABLE_PLUGINS = "REGISTRY_DISABLE_PLUGINS"
+#: Triton's own switch: "1" runs Triton kernels in its CPU interpreter (read when kernels.triton
+#: is first imported, so set it before that).
+ENV_TRITON_INTERPRET = "TRITON_INTERPRET"
 #: The on/off variables `check_env_flags` checks (what each one turns on).
 ENV_FLAGS: tuple[str, ...] = (ENV_STRICT, ENV_DISABLE_PLUGINS)
 #: Accepted spellings, compared case-insensitively after stripping blanks; unset means off.
@@ -44,3 +47,9 @@ def check_env_flags(environ: Optional[Mapping[str, str]] = None) -> None:
     """SettingError for the first REGISTRY_* on/off variable with an unknown value."""
     for name in ENV_FLAGS:
         env_flag(name, environ)
+
+
+def triton_interpreted(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether Triton kernels run in the CPU interpreter here (TRITON_INTERPRET=1, as Triton
+    reads it); the one answer resolve and the kernels' own checks share."""
+    return (os.environ if environ is None else environ).get(ENV_TRITON_INTERPRET) == "1"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["KNOWN_PLATFORMS", "Platform", "check_requirement", "detect", "platform_of",
-           "driver_version"]
+           "device_platform", "driver_version"]
 
 #: The platforms a user may name (`--platform`, `platform=`); a named one outside this list is
 #: refused, so a typo such as cuda:sm00 never answers a what-if. Every exact architecture a
@@ -128,6 +128,33 @@ def platform_of(value: "str | Platform | None") -> Platform:
     if isinstance(value, Platform):
         return value
     return Platform.parse(value)
+
+
+_BY_DEVICE: dict = {}  # torch.device (with an index) -> Platform: a device's arch never changes
+
+
+def device_platform(device) -> Platform:
+    """The platform a tensor on `device` (a torch.device or its name) runs on: `cpu`,
+    `cuda:smNN`, `rocm:gfxNNN`, `xpu`; another device type (mps, ...) is a platform of that
+    name, which only `*` requirements match. Cached per device: no device sync, no query after
+    the first call (kernels call it per forward)."""
+    plat = _BY_DEVICE.get(device)
+    if plat is not None:
+        return plat
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if getattr(torch.version, "hip", None):
+            plat = Platform("rocm", torch.cuda.get_device_properties(dev).gcnArchName.split(":")[0])
+        else:
+            major, minor = torch.cuda.get_device_capability(dev)
+            plat = Platform("cuda", f"sm{major * 10 + minor}")
+    else:
+        plat = Platform(dev.type)
+    if dev.type != "cuda" or dev.index is not None:  # "cuda" alone follows the current device
+        _BY_DEVICE[device] = plat
+    return plat
 
 
 def driver_version() -> Optional[str]:

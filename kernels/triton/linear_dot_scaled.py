@@ -372,7 +372,7 @@ def dot_scaled_linear(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None
                        lambda cfg: fit.smaller_configs(
                            cfg, stages="stages", blocks=(("bk", 64), ("bn", 16), ("bm", 16))))
     if ops.inf_codes is not None:  # out is fp32 here (see above)
-        lhs_values = x2d if key is None else activation_qdq(key, backend="triton")(x2d, None)
+        lhs_values = x2d if key is None else activation_qdq(key, backend="triton-qdq")(x2d, None)
         _add_inf_codes(out, lhs_values, ops.inf_codes)
     return out
 

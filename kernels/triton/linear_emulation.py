@@ -146,7 +146,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
         if m > 1 and consts["ACT_MODE"] != ACT_NONE:
             # QDQ the few rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel
             # one) instead of once per weight stripe: every program would redo all M x K
-            x2d = activation_qdq(prepared.contract.activation, backend="triton")(
+            x2d = activation_qdq(prepared.contract.activation, backend="triton-qdq")(
                 x2d, prepared.act_scale)
             consts["ACT_MODE"] = ACT_NONE
         linear_decode.launch_decode(x2d, out, cached, bias32, consts, config=cfg, **launch)
@@ -186,8 +186,8 @@ def _dequant_gemm(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None) ->
     xq = x2d
     key = prepared.contract.activation
     if key is not None:
-        xq = activation_qdq(key, backend="triton")(x2d, prepared.act_scale)
-    w = mx_dequantize(prepared.weight, torch.bfloat16, backend="triton")
+        xq = activation_qdq(key, backend="triton-qdq")(x2d, prepared.act_scale)
+    w = mx_dequantize(prepared.weight, torch.bfloat16, backend="triton-qdq")
     return F.linear(xq, w, bias)
 
 
