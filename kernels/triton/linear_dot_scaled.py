@@ -31,8 +31,10 @@ Numerics notes:
   (0xFF: the column is NaN either way) and moves each +-Inf code out of the MMA (code 0, kept
   as a sparse list); `dot_scaled_linear` adds x_qdq[:, k] * (+-Inf) to those columns after the
   kernel, in IEEE fp32 (0 * Inf = NaN, Inf - Inf = NaN: the reference's arithmetic).
-- Known gaps: a scale byte 0x00 (2**-127) is read as 0 by dot_scaled itself (interpreter and
-  GPU), so weight blocks (and "mx"-mode activation blocks) below 2**-124 contribute 0. The
+- Known gaps: dot_scaled multiplies codes by scales itself, so a weight block whose code * 2**E
+  passes fp32's max (a scale byte near 254) is not saturated as mx_dequantize saturates it
+  (docs/numerics.md, "Saturation on the way back"); no real weight comes near. A scale byte
+  0x00 (2**-127) is read as 0 by dot_scaled itself (interpreter and GPU), so weight blocks (and "mx"-mode activation blocks) below 2**-124 contribute 0. The
   interpreter (not a GPU) passes a bf16 lhs through fp16, so bf16 activations beyond fp16's
   range or below its subnormals are inexact there.
 """
