@@ -2,6 +2,11 @@
 
 TRITON_INTERPRET must be set before any @triton.jit function is defined, so it is set here,
 before a test module imports kernels.triton.
+
+Layout: tests/<area>/ mirrors the packages (kernels/, registry/, tools/; project/ for checks
+over the whole tree), helpers in tests/support/ (`from support.NAME import ...`: pyproject's
+pytest `pythonpath` puts the checkout and tests/ on sys.path), data in tests/data/. Test files
+have unique basenames (pytest's default "prepend" import mode).
 """
 import os
 import tempfile
@@ -15,20 +20,5 @@ os.environ.setdefault("REGISTRY_CACHE_DIR", tempfile.mkdtemp(prefix="registry-te
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-#: Where tests put tensors for Triton kernels: the GPU when there is one, else the CPU (interpreter).
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def load_tool(name: str):
-    """tools/NAME.py imported as a module, once per process (tests share a tool's helpers)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+from support.device import DEVICE  # noqa: E402,F401 - re-exported (`from conftest import DEVICE`)
+from support.tools import load_tool  # noqa: E402,F401 - re-exported

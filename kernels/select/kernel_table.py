@@ -145,8 +145,7 @@ class KernelTable:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Every kernel name that loaded, all kinds (usable in messages even when there are
-        problems): what --disable / REGISTRY_DISABLED_KERNELS may name."""
+        """Every kernel name that loaded, all kinds (what --disable may name; problems or not)."""
         return tuple(e.decl.name for e in self.entries)
 
     def names_of(self, kind: str) -> tuple[str, ...]:
@@ -212,9 +211,9 @@ def kernel_by_name(name: str) -> KernelDecl:
     return kernel_table().entry(name).decl
 
 
-def candidates_for(platform: Platform) -> tuple[KernelDecl, ...]:
-    """The ordered candidate list of a platform, plugin kernels included."""
-    return kernel_table().candidates_for(platform)
+def candidates_for(platform: Platform, kind: str = "linear") -> tuple[KernelDecl, ...]:
+    """The ordered candidate list of a platform for `kind`, plugin kernels included."""
+    return kernel_table().candidates_for(platform, kind)
 
 
 def source_of(kernel_name: str) -> str:
@@ -226,8 +225,7 @@ def load_impl(name: str) -> Any:
     """What a kernel's `impl` names, imported: "module" -> the module (a qdq kernel's quantize /
     dequantize / qdq), "module:attr" -> that attribute (a moe kernel's function, a linear
     kernel's class). Cached by Python's module cache."""
-    impl = kernel_table().entry(name).decl.impl
-    module, _, attr = impl.partition(":")
+    module, _, attr = kernel_table().entry(name).decl.impl.partition(":")
     obj = importlib.import_module(module)
     return getattr(obj, attr) if attr else obj
 
@@ -330,8 +328,7 @@ def _entry_points() -> list:
 
 def _dist_name(ep: Any) -> str:
     dist = getattr(ep, "dist", None)
-    name = dist.metadata["Name"] if dist is not None else None
-    return name or "an unknown distribution"
+    return (dist.metadata["Name"] if dist is not None else None) or "an unknown distribution"
 
 
 def _origin(ep: Any) -> PluginOrigin:
@@ -376,8 +373,7 @@ def _load(ep: Any) -> tuple[list, Optional[str]]:
 
 def _check_item(item: Any) -> Optional[str]:
     if not isinstance(item, (KernelDecl, PluginKernel)):
-        shown = repr(item)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        shown = repr(item) if len(repr(item)) <= 60 else repr(item)[:57] + "..."
         return (f"it gave {type(item).__name__} {shown}; expected a KernelDecl, a "
                 "PluginKernel, a list of them or a function returning them")
     decl = item.decl if isinstance(item, PluginKernel) else item

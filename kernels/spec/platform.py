@@ -16,7 +16,7 @@ __all__ = ["KNOWN_PLATFORMS", "Platform", "check_requirement", "detect", "platfo
 
 #: The platforms a user may name (`--platform`, `platform=`); a named one outside this list is
 #: refused, so a typo such as cuda:sm00 never answers a what-if. Every exact architecture a
-#: shipped kernel declaration names is here (tests/test_cli_options.py checks it).
+#: shipped kernel declaration names is here (tests/registry/cli/test_cli_options.py checks it).
 KNOWN_PLATFORMS: tuple[str, ...] = (
     "cpu",
     "cuda:sm80",

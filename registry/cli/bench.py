@@ -99,7 +99,7 @@ def gpu_device() -> str:
         "F.linear, so run it on a machine with an NVIDIA (CUDA) or AMD (ROCm) GPU and a "
         "matching torch build, e.g. your lab's GPU `device` machine; on a CPU, "
         "registry.machine.bench.run_bench(device='cpu') checks the logic only "
-        "(tests/test_bench.py)")
+        "(tests/registry/machine/test_bench.py)")
 
 
 def _fail(message: str) -> UsageError:

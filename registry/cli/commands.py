@@ -2,7 +2,7 @@
 
 A Command names two functions of its group's module: `add_arguments(parser)` and
 `run(args) -> exit code`. The groups: schemes.py (list, show, lint, schema: look-ups, no torch),
-resolving.py (resolve, resolve --from-config, matrix), bench.py, doctor.py. They are imported
+resolving.py (resolve, resolve --from-config), matrix.py, bench.py, doctor.py. They are imported
 to build the parser, so they import torch / triton (or anything slow) only inside `run`.
 A new command: its two functions in the module of its group, and one row here.
 """
@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from registry.cli import bench, doctor, resolving, schemes
+from registry.cli import bench, doctor, matrix, resolving, schemes
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,11 @@ COMMANDS: dict[str, Command] = _by_name([
             schemes.lint_arguments, schemes.lint_command),
     Command("schema", "print the JSON Schema of a scheme file, or check files against it "
                       "(--check)", schemes.schema_arguments, schemes.schema_command),
-    Command("resolve", "pick the kernel for a scheme on a platform, with every reason",
+    Command("resolve", "pick the kernel (of --kind) for a scheme on a platform, with every "
+                       "reason",
             resolving.resolve_arguments, resolving.resolve_command),
-    Command("matrix", "schemes x kernels on a platform: accepted, chosen, verified",
-            resolving.matrix_arguments, resolving.matrix_command),
+    Command("matrix", "schemes x kernels of one kind (--kind) on a platform: accepted, "
+                      "chosen, verified", matrix.matrix_arguments, matrix.matrix_command),
     Command("bench", "time each scheme's kernel against bf16 F.linear on this GPU",
             bench.bench_arguments, bench.bench_command),
     Command("doctor", "check this machine: versions, which kernels run here, what was verified "

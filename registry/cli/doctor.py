@@ -1,7 +1,8 @@
 """`registry doctor`: is this machine ready to run MX schemes, and what was verified here?
 
-Prints the facts of registry/machine/doctor.py: versions and settings, one row per kernel
-(listed here, runs here or why not, native / emulated, declared verified, probed here), the
+Prints the facts of registry/machine/doctor.py: versions and settings, one row per kernel of
+each kind (linear, moe, qdq: listed here, runs here or why not, native / emulated, declared
+verified, probed here), the
 recorded `registry lint --probe` run of this platform, then the problems and a one-line verdict.
 Exit 0 healthy, 1 a problem (a listed kernel cannot run, a recorded probe failed, a broken
 plugin, a broken scheme file), 2 usage. torch is imported only inside `doctor_command`, and
@@ -96,14 +97,14 @@ def _probed_cell(k) -> str:
 
 
 def _kernel_rows(report) -> list[list[str]]:
-    rows = [["  kernel", "source", "listed", "runs here", "mode", "verified", "probed here",
-             "note"]]
+    rows = [["  kernel", "kind", "source", "listed", "runs here", "mode", "verified",
+             "probed here", "note"]]
     for k in report.kernels:
         listed = ("yes, disabled" if k.disabled else "yes") if k.listed else "no"
         verified = "yes" if k.verified_here else \
             ("no" + (f" ({', '.join(k.verified_on)})" if k.verified_on else ""))
         mode = ("native" if k.native else "emulated") if k.runs_here else "-"
-        rows.append([f"  {k.name}", k.source, listed, "yes" if k.runs_here else "NO", mode,
+        rows.append([f"  {k.name}", k.kind, k.source, listed, "yes" if k.runs_here else "NO", mode,
                      verified, _probed_cell(k), k.reason or "-"])
     return rows
 
@@ -127,8 +128,8 @@ def render(report, schemes: int) -> str:
     env = report.environment
     lines = ["registry doctor", "", "environment",
              table(_environment_rows(env, schemes, report.plugins)), "",
-             f"kernels on {env['platform']} (listed: a candidate of this platform; verified: "
-             "declared verified_on this platform)",
+             f"kernels on {env['platform']}, every kind (listed: a candidate of this platform "
+             "for its kind; verified: declared verified_on this platform)",
              table(_kernel_rows(report)), ""]
     lines += _record_lines(report.record)
     if report.problems:

@@ -1,12 +1,16 @@
 """The kernel subcommands: resolve (a scheme, --all, or every group of a checkpoint config with
---from-config) and matrix. torch is imported only to detect the platform."""
+--from-config) for each kind of kernel (--kind linear / moe / qdq), and the cells of `registry
+matrix` (registry/cli/matrix.py prints them). torch is imported only to detect the platform."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from dataclasses import replace
+from typing import Any, Optional
 
+from kernels.select.declarations import KINDS
 from kernels.select.resolve import (ENV_DISABLED, Resolution, ResolutionError, env_disabled,
                                     accepts, check_kernel_names, resolve)
+from kernels.spec.contract import QuantKey
 from kernels.spec.platform import KNOWN_PLATFORMS, Platform, detect
 from registry.cli.common import UsageError, catalog_of
 from registry.cli.output import print_json, table
@@ -14,9 +18,17 @@ from registry.contract import Scheme
 from registry.errors import UnknownSchemeError
 from registry.files.catalog import Catalog
 
+#: What a kernel of each kind runs (resolve / matrix --kind).
+KIND_WHAT: dict[str, str] = {"linear": "a layer's matmul", "moe": "grouped MoE experts",
+                             "qdq": "the activation's quantize-dequantize"}
+WEIGHT_ONLY_QDQ = "weight-only (activation none): no activation key for a qdq kernel to quantize"
 
-def _mode(res: Resolution, err: str | None) -> str:
-    """`native` / `emulated`, then every deviation kind in capitals (FALLBACK, DISABLED...)."""
+
+def _mode(res: Optional[Resolution], err: str | None) -> str:
+    """`native` / `emulated`, then every deviation kind in capitals (FALLBACK, DISABLED...);
+    `weight-only` for a weight-only scheme's qdq view (nothing resolved)."""
+    if res is None:
+        return "weight-only"
     if err and res.kernel is None:
         return "ERROR"
     c = res.chosen
@@ -25,7 +37,8 @@ def _mode(res: Resolution, err: str | None) -> str:
     return ("ERROR: " if err else "") + " ".join(words)
 
 
-def _platform(args: argparse.Namespace) -> tuple[Platform, str]:
+def platform_arg(args: argparse.Namespace) -> tuple[Platform, str]:
+    """--platform (a usage error if unknown), else this machine's: (platform, how)."""
     if args.platform:
         try:
             return Platform.parse(args.platform), "named"
@@ -34,22 +47,33 @@ def _platform(args: argparse.Namespace) -> tuple[Platform, str]:
     return detect(), "detected"
 
 
+def kind_argument(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--kind", choices=KINDS, default="linear",
+                   help=f"which kind of kernel {what}: " + "; ".join(
+                       f"{k}: {w}" for k, w in KIND_WHAT.items()) + " (default: linear)")
+
+
 def _kernel_list(text: str | None) -> list[str]:
     return [k.strip() for k in (text or "").split(",") if k.strip()]
 
 
 def _check_kernels(args: argparse.Namespace) -> None:
-    """Unknown --disable / --force names are usage errors naming the option used (plugin
-    kernels count as known; a broken plugin is reported by resolve itself)."""
+    """Unknown --disable / --force names, and a --force kernel of another kind than --kind, are
+    usage errors naming the option used (plugin kernels count as known; a broken plugin is
+    reported by resolve itself)."""
     from kernels.select.kernel_table import kernel_table
 
-    known = kernel_table().names
+    kinds = {e.decl.name: e.decl.kind for e in kernel_table().entries}
     try:
-        check_kernel_names(_kernel_list(args.disable), "--disable", known)
-        check_kernel_names([] if args.force is None else [args.force], "--force", known)
-        check_kernel_names(env_disabled(), ENV_DISABLED, known)
+        check_kernel_names(_kernel_list(args.disable), "--disable", kinds)
+        check_kernel_names([] if args.force is None else [args.force], "--force", kinds)
+        check_kernel_names(env_disabled(), ENV_DISABLED, kinds)
     except ValueError as e:
         raise UsageError(f"registry: error: {e}") from None
+    if args.force is not None and kinds[args.force] != args.kind:
+        raise UsageError(f"registry: error: --force {args.force}: a {kinds[args.force]} kernel, "
+                         f"not a {args.kind} one; pass --kind {kinds[args.force]} with it "
+                         f"(kinds: {', '.join(KINDS)})")
 
 
 def _scheme(catalog: Catalog, name: str) -> Scheme:
@@ -67,12 +91,13 @@ def resolve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--platform", metavar="P",
                    help=f"what-if platform, one of {', '.join(KNOWN_PLATFORMS)}; default: "
                         "this machine")
+    kind_argument(p, "to resolve (qdq: the scheme's activation key)")
     p.add_argument("--strict", action="store_true",
                    help="a fallback to an emulated kernel, --force, or a --disable that "
                         "changes the kernel is an error (also REGISTRY_STRICT=1)")
-    p.add_argument("--disable", metavar="K,...", help="kernels to skip (also "
+    p.add_argument("--disable", metavar="K,...", help="kernels to skip, any kind (also "
                                                       "REGISTRY_DISABLED_KERNELS)")
-    p.add_argument("--force", metavar="K", help="use this kernel or fail")
+    p.add_argument("--force", metavar="K", help="use this kernel (of --kind) or fail")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--from-config", metavar="PATH",
                    help="map every layer group of a Hugging Face config.json (Quark or "
@@ -80,33 +105,60 @@ def resolve_arguments(p: argparse.ArgumentParser) -> None:
                         "exit 1 when a group maps to no scheme or does not resolve")
 
 
-def _resolve_one(scheme: Scheme, plat: Platform, args) -> tuple[Resolution, str | None]:
+def _resolve_one(scheme: Scheme, plat: Platform, args
+                 ) -> tuple[Optional[Resolution], str | None]:
+    """The scheme's resolution for --kind (qdq: of its activation key, labelled with the
+    scheme) and the error, if any; (None, None) for a weight-only scheme's qdq view."""
+    kind = args.kind
+    subject = scheme.activation if kind == "qdq" else scheme
+    if subject is None:
+        return None, None
     try:
-        return resolve(scheme, plat, strict=args.strict, disabled=_kernel_list(args.disable),
-                       force=args.force), None
+        res, err = resolve(subject, plat, kind=kind, strict=args.strict,
+                           disabled=_kernel_list(args.disable), force=args.force), None
     except ResolutionError as e:
-        return e.resolution, str(e)
+        res, err = e.resolution, str(e)
+    return (replace(res, scheme=scheme.name) if kind == "qdq" else res), err
+
+
+def _result_dict(scheme: Scheme, res: Optional[Resolution], err: str | None,
+                 plat: Platform) -> dict[str, Any]:
+    if res is not None:
+        return dict(res.to_dict(), error=err)
+    return {"scheme": scheme.name, "kind": "qdq", "platform": str(plat), "key": None,
+            "kernel": None, "native": False, "fallback": False, "forced": False, "disabled": [],
+            "deviations": [], "candidates": [], "note": WEIGHT_ONLY_QDQ, "error": None}
 
 
 def _print_resolution(res: Resolution, scheme: Scheme, how: str, error: str | None) -> None:
     aliases = f" (aliases: {', '.join(scheme.aliases)})" if scheme.aliases else ""
     kernel = "NONE" if res.kernel is None else f"{res.kernel} ({_mode(res, None)})"
-    act = res.contract.activation
-    print(table([
-        ["scheme", f"{scheme.name}{aliases}"],
-        ["source", scheme.location],
-        ["platform", f"{res.platform} ({how})"],
-        ["weight", str(res.contract.weight)],
-        ["activation", "none (weight-only)" if act is None else str(act)],
-        ["kernel", kernel],
-    ] + [["deviation", str(d)] for d in res.deviations]))
+    rows = [["scheme", f"{scheme.name}{aliases}"], ["source", scheme.location],
+            ["platform", f"{res.platform} ({how})"]]
+    if res.kind != "linear":
+        rows.append(["kind", f"{res.kind} ({KIND_WHAT[res.kind]})"])
+    if res.kind == "qdq":
+        rows.append(["activation", str(res.contract)])
+    else:
+        act = res.contract.activation
+        rows += [["weight", str(res.contract.weight)],
+                 ["activation", "none (weight-only)" if act is None else str(act)]]
+    rows += [["kernel", kernel]] + [["deviation", str(d)] for d in res.deviations]
+    print(table(rows))
     print("\ncandidates, in priority order:")
-    rows = [["", c.kernel, c.reason] for c in res.candidates]
-    for row, c in zip(rows, res.candidates):
-        row[0] = "->" if c.accepted else "  "
-    print(table(rows) if rows else "  (none)")
+    cand = [["->" if c.accepted else "  ", c.kernel, c.reason] for c in res.candidates]
+    print(table(cand) if cand else "  (none)")
     if error:
         print(f"\nerror: {error}")
+
+
+def _all_row(s: Scheme, res: Optional[Resolution], err: str | None) -> list[str]:
+    if res is None or res.kind == "qdq":
+        key = "none" if res is None else str(res.contract)
+        return [s.name, (res and res.kernel) or "-", _mode(res, err), key]
+    act = res.contract.activation
+    return [s.name, res.kernel or "-", _mode(res, err), str(res.contract.weight),
+            "none" if act is None else str(act)]
 
 
 def resolve_command(args: argparse.Namespace) -> int:
@@ -116,29 +168,32 @@ def resolve_command(args: argparse.Namespace) -> int:
     if args.from_config is None and args.all == bool(args.scheme):
         raise UsageError("registry resolve: error: give one scheme NAME|ALIAS or --all "
                          "(or --from-config PATH)")
+    if args.from_config is not None and args.kind != "linear":
+        raise UsageError("registry resolve: error: --from-config resolves the config's linear "
+                         f"layers; drop --kind {args.kind}")
     _check_kernels(args)
     if args.from_config is not None:
         return _run_from_config(args)
     catalog = catalog_of(args)
-    plat, how = _platform(args)
+    plat, how = platform_arg(args)
     schemes = (sorted(catalog.schemes.values(), key=lambda s: s.name) if args.all
                else [_scheme(catalog, args.scheme)])
     results = [(s, *_resolve_one(s, plat, args)) for s in schemes]
     failed = sum(err is not None for _, _, err in results)
     if args.json:
-        out = [dict(res.to_dict(), error=err) for _, res, err in results]
+        out = [_result_dict(s, res, err, plat) for s, res, err in results]
         print_json(out if args.all else out[0])
     elif args.all:
-        rows = [["scheme", "kernel", "mode", "weight", "activation"]]
-        for s, res, err in results:
-            act = res.contract.activation
-            rows.append([s.name, res.kernel or "-", _mode(res, err), str(res.contract.weight),
-                         "none" if act is None else str(act)])
-        print(f"platform: {plat} ({how})\n")
-        print(table(rows))
+        head = ["scheme", "kernel", "mode"] + (["activation key"] if args.kind == "qdq"
+                                               else ["weight", "activation"])
+        kind = "" if args.kind == "linear" else f"; kind: {args.kind} ({KIND_WHAT[args.kind]})"
+        print(f"platform: {plat} ({how}){kind}\n")
+        print(table([head] + [_all_row(*r) for r in results]))
         for s, _, err in results:
             if err:
                 print(f"\n{s.location}: error: {err}")
+    elif results[0][1] is None:
+        print(f"{results[0][0].name}: {WEIGHT_ONLY_QDQ}")
     else:
         s, res, err = results[0]
         _print_resolution(res, s, how, err)
@@ -177,7 +232,7 @@ def _run_from_config(args: argparse.Namespace) -> int:
     from registry.configs.hf_config import ConfigError, schemes_from_config
 
     catalog = catalog_of(args)
-    plat, how = _platform(args)
+    plat, how = platform_arg(args)
     try:
         groups = schemes_from_config(args.from_config, catalog)
     except ConfigError as e:
@@ -214,101 +269,51 @@ def _run_from_config(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+# --- the matrix's cells -------------------------------------------------------------------------
 
-# --- matrix -------------------------------------------------------------------------------------
+def matrix_rows(catalog: Catalog, kind: str) -> list[tuple[dict[str, Any], Any]]:
+    """(what names the row, what is resolved) per row of the `kind` matrix: linear / moe, one
+    per scheme; qdq, one per activation key, the dispatcher's then any other a scheme has, with
+    the schemes that have it."""
+    schemes = sorted(catalog.schemes.values(), key=lambda s: s.name)
+    if kind != "qdq":
+        return [({"scheme": s.name}, s) for s in schemes]
+    from kernels.select.activation_keys import DISPATCH_KEYS
 
-def matrix_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--platform", metavar="P", help=f"what-if platform, one of "
-                   f"{', '.join(KNOWN_PLATFORMS)}; default: this machine")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    users: dict[QuantKey, list[str]] = {k: [] for k in sorted(DISPATCH_KEYS, key=str)}
+    for s in schemes:
+        if s.activation is not None:
+            users.setdefault(s.activation, []).append(s.name)
+    return [({"key": str(k), "schemes": names}, k) for k, names in users.items()]
 
 
-def matrix_cells(catalog: Catalog, plat: Platform) -> list[dict[str, Any]]:
-    """One cell per (scheme, kernel): accepted or the reason, chosen, verified on hardware,
-    and where the kernel came from (built-in or a plugin). KernelPluginError if one is broken."""
+def matrix_cells(catalog: Catalog, plat: Platform, kind: str = "linear") -> list[dict[str, Any]]:
+    """One cell per (row, kernel of `kind`) (rows: matrix_rows): accepted or the reason,
+    chosen, verified on hardware, and where the kernel came from (built-in or a plugin).
+    KernelPluginError if a plugin is broken."""
     from kernels.select.kernel_table import kernel_table
 
     ktable = kernel_table()
     ktable.check()
+    entries = [e for e in ktable.entries if e.decl.kind == kind]
+    listed = {d.name for d in ktable.candidates_for(plat, kind)}
     cells = []
-    listed = {d.name for d in ktable.candidates_for(plat)}
-    for s in sorted(catalog.schemes.values(), key=lambda s: s.name):
+    for row, subject in matrix_rows(catalog, kind):
         try:
-            chosen = resolve(s, plat).kernel
+            chosen = resolve(subject, plat, kind=kind).kernel
         except ResolutionError:
             chosen = None
-        for entry in ktable.entries:
+        for entry in entries:
             decl = entry.decl
-            ok, why = accepts(decl, s.contract, plat)
+            ok, why = accepts(decl, getattr(subject, "contract", subject), plat)
             if ok and not decl.runs_on(plat):
                 ok, why = False, f"does not run on {plat}"
             elif ok and decl.name not in listed:
                 ok, why = False, f"not a candidate on {plat}"
             cells.append({
-                "scheme": s.name, "kernel": decl.name, "accepted": ok, "reason": why,
+                **row, "kernel": decl.name, "accepted": ok, "reason": why,
                 "chosen": decl.name == chosen, "native": decl.is_native_on(plat),
                 "verified_on_hardware": ok and decl.is_verified_on(plat),
                 "source": entry.source,
             })
     return cells
-
-
-def _matrix_kernels(ktable) -> list[dict[str, Any]]:
-    return [{"name": e.decl.name, "summary": e.decl.summary, "source": e.source,
-             "impl": e.decl.impl} for e in ktable.entries]
-
-
-def _matrix_plugins(ktable) -> dict[str, Any]:
-    from kernels.select.kernel_table import ENTRY_POINT_GROUP
-
-    return {"group": ENTRY_POINT_GROUP, "enabled": ktable.plugins_enabled,
-            "entry_points": [{"dist": o.dist, "entry_point": o.entry_point, "value": o.value}
-                             for o in ktable.plugins],
-            "errors": [str(p) for p in ktable.problems], "status": ktable.status()}
-
-
-def matrix_command(args: argparse.Namespace) -> int:
-    import sys
-
-    from kernels.select.kernel_table import BUILTIN, BUILTIN_MODULE, kernel_table
-
-    catalog = catalog_of(args)
-    plat, how = _platform(args)
-    ktable = kernel_table()
-    if ktable.problems:  # one line each, no matrix: resolve would refuse every scheme
-        for p in ktable.problems:
-            print(f"registry: error: {p}", file=sys.stderr)
-        if args.json:
-            print_json({"platform": str(plat), "cells": [], "kernels": _matrix_kernels(ktable),
-                        "plugins": _matrix_plugins(ktable)})
-        return 1
-    cells = matrix_cells(catalog, plat)
-    if args.json:
-        print_json({"platform": str(plat), "cells": cells, "kernels": _matrix_kernels(ktable),
-                    "plugins": _matrix_plugins(ktable)})
-        return 0
-    names = [e.decl.name for e in ktable.entries]
-    rows = [["scheme"] + names]
-    by = {(c["scheme"], c["kernel"]): c for c in cells}
-    for s in sorted(catalog.schemes):
-        row = [s]
-        for n in names:
-            c = by[(s, n)]
-            if not c["accepted"]:
-                row.append("-")
-                continue
-            mark = ("native" if c["native"] else "emul") + ("" if c["verified_on_hardware"] else "*")
-            row.append(("[" + mark + "]") if c["chosen"] else mark)
-        rows.append(row)
-    print(f"platform: {plat} ({how})\n")
-    print(table(rows))
-    print("\n[...] the kernel resolve picks; native / emul: runs on MX hardware or emulates; "
-          "* not verified on hardware; - rejected (`registry matrix --json` or "
-          "`registry resolve NAME` says why)")
-    builtin = [e.decl.name for e in ktable.entries if e.source == BUILTIN]
-    print(f"kernel sources: {', '.join(builtin)}: {BUILTIN} ({BUILTIN_MODULE})")
-    for e in ktable.entries:
-        if e.source != BUILTIN:
-            print(f"  {e.decl.name}: {e.source}")
-    print(ktable.status())
-    return 0

@@ -1,6 +1,7 @@
 """Lint checks that read the kernel table (data only: no torch, no triton).
 
-- every activation key has an entry in the activation-QDQ dispatcher (error at `activation:`);
+- every activation key is one the activation-QDQ dispatcher can quantize, i.e. a qdq kernel
+  declares it (kernels/select/declarations.py; error at `activation:`);
 - every kernel plugin loaded (error at the plugin's entry point, naming its distribution);
 - every scheme resolves on each platform of LINT_PLATFORMS (error listing each kernel's reason).
 """
@@ -24,8 +25,9 @@ def check_dispatcher_entries(catalog: Catalog) -> Iterable[Finding]:
         if key is not None and key not in DISPATCH_KEYS:
             yield error(str(s.source), s.line("activation"), "activation",
                         f"the activation-QDQ dispatcher has no entry for {key}; use one of its "
-                        f"keys ({describe_keys(DISPATCH_KEYS)}, any rounding) or add an entry "
-                        "to kernels/dispatch.py")
+                        f"keys ({describe_keys(DISPATCH_KEYS)}, any rounding) or declare a "
+                        "qdq kernel that implements it (kernels/select/declarations.py, "
+                        "QDQ_KERNELS)")
 
 
 def check_kernel_plugins(catalog: Catalog) -> Iterable[Finding]:

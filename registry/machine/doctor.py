@@ -2,8 +2,9 @@
 
 Gathered, never printed (registry/cli/doctor.py prints them): the Python / registry /
 torch / triton / CUDA / HIP versions, the GPU, the REGISTRY_* settings in effect, the detected
-platform; then one row per kernel (built-in and plugin): listed for this platform, runs here
-now (its implementation imports, its platforms match) or why not, native or emulated, declared
+platform; then one row per kernel (built-in and plugin), grouped by kind (linear, moe, qdq):
+listed among this platform's candidates of its kind, runs here now (its implementation imports,
+its platforms match) or why not, native or emulated, declared
 `verified_on` here, and what the recorded `registry lint --probe` run of this platform said.
 Works without torch or triton installed: those are facts too, never tracebacks.
 """
@@ -40,8 +41,9 @@ TRITON_MISSING = ("the triton-* kernels cannot run, on a GPU or in the interpret
 @dataclass
 class KernelFacts:
     name: str
+    kind: str  # "linear", "moe" or "qdq" (kernels.select.declarations.KINDS)
     source: str  # "built-in" or "plugin DIST (entry point EP)"
-    listed: bool  # a candidate of this platform's priority list
+    listed: bool  # a candidate of this platform's priority list of its kind
     disabled: bool  # named in REGISTRY_DISABLED_KERNELS
     runs_here: bool
     reason: str  # why not (one short line), or how ("Triton interpreter")
@@ -82,12 +84,18 @@ class DoctorReport:
         plat = self.environment["platform"]
         if self.problems:
             return f"NOT HEALTHY: {len(self.problems)} problem(s) on {plat} (listed above)"
-        listed = sum(k.listed for k in self.kernels)
+        listed = ", ".join(f"{kind} {n}" for kind, n in self.listed_by_kind().items())
         probe = (f"recorded probe {self.record.ok}/{self.record.total} pairs ok"
                  if self.record.found else "not probed here (run `registry lint --probe`)")
         warn = f"; {len(self.warnings)} warning(s)" if self.warnings else ""
         return (f"healthy: every kernel listed for {plat} ({listed}) can run here; "
                 f"{probe}{warn}")
+
+    def listed_by_kind(self) -> dict[str, int]:
+        """How many kernels of each kind are listed for this platform."""
+        from kernels.select.declarations import KINDS
+
+        return {kind: sum(k.listed for k in self.kernels if k.kind == kind) for kind in KINDS}
 
     def to_dict(self) -> dict[str, Any]:
         return {"environment": self.environment, "kernels": [asdict(k) for k in self.kernels],
@@ -195,17 +203,19 @@ def _why_not_loaded(name: str, torch_ok: bool) -> Optional[str]:
 
 def kernel_facts(plat: Platform, torch_ok: bool, record: Optional[dict[str, Any]]
                  ) -> tuple[list[KernelFacts], list[str]]:
-    """One row per kernel of the table, and the broken plugins (one line each)."""
+    """One row per kernel of the table, grouped by kind (linear, moe, qdq), and the broken
+    plugins (one line each)."""
+    from kernels.select.declarations import KINDS
     from kernels.select.kernel_table import kernel_table
 
     table = kernel_table()
     problems = [str(p) for p in table.problems]
     usable = dataclasses.replace(table, problems=())  # the kernels that did load, to describe
-    listed = {d.name for d in usable.candidates_for(plat)}
+    listed = {d.name for kind in KINDS for d in usable.candidates_for(plat, kind)}
     disabled = set(disabled_names())
     pairs = (record or {}).get("pairs", [])
     rows = []
-    for entry in table.entries:
+    for entry in sorted(table.entries, key=lambda e: KINDS.index(e.decl.kind)):
         d = entry.decl
         if problems:
             runs, reason = False, "refused: a kernel plugin is broken (see problems)"
@@ -223,7 +233,7 @@ def kernel_facts(plat: Platform, torch_ok: bool, record: Optional[dict[str, Any]
             probed = {"ok": len(mine) - len(bad), "total": len(mine),
                       "failed": [f"{p['scheme']}: {p.get('message', '?')}" for p in bad]}
         rows.append(KernelFacts(
-            d.name, entry.source, d.name in listed, d.name in disabled, runs, reason,
+            d.name, d.kind, entry.source, d.name in listed, d.name in disabled, runs, reason,
             d.is_native_on(plat), list(d.verified_on), d.is_verified_on(plat), probed))
     return rows, problems
 

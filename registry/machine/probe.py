@@ -94,6 +94,11 @@ def probe_pair(scheme, kernel_name: str, plat: Platform, device, seed: int = 0) 
         out = kernel.apply(x, prepared, b)
         ref_kernel = load_kernel("reference-emulation")
         ref = ref_kernel.apply(x.cpu(), _to_cpu(prepared), b.cpu())
+        weight_only = None
+        if scheme.activation is not None:  # the same weights, the activation left as is
+            # the qdq kernel by name: it runs as is, no choice (strict mode refuses a forced one)
+            w_deq = mx_dequantize(prepared.weight, torch.float32, backend="reference-qdq").cpu()
+            weight_only = F.linear(x.cpu().float(), w_deq, b.cpu()).to(x.dtype)
     except Exception as e:  # noqa: BLE001 - a probe reports every failure as a finding
         return ProbeResult(scheme.name, kernel_name, str(plat), False, None, None,
                            f"raised {type(e).__name__}: {e}".replace("\n", " "))
@@ -102,11 +107,7 @@ def probe_pair(scheme, kernel_name: str, plat: Platform, device, seed: int = 0) 
         return ProbeResult(scheme.name, kernel_name, str(plat), False, None, None,
                            "output holds NaN/Inf on finite input")
     err = rel(out, ref)
-    effect = None
-    if scheme.activation is not None:
-        w_deq = mx_dequantize(prepared.weight, torch.float32, backend="reference").cpu()
-        weight_only = F.linear(x.cpu().float(), w_deq, b.cpu()).to(x.dtype)
-        effect = rel(out, weight_only)
+    effect = None if weight_only is None else rel(out, weight_only)
     if err > MATCH_TOL:
         msg = f"output differs from the reference emulation: rel err {err:.2e} > {MATCH_TOL:.2e}"
     elif effect is not None and effect < max(DIFFER_MIN, 10 * err):

@@ -30,7 +30,7 @@ from kernels.base import LinearKernel, PreparedWeight, load_kernel
 from kernels.mx import MXTensor
 from kernels.select.resolve import Resolution, log_resolution, resolve
 from kernels.spec.contract import MX_BLOCK
-from kernels.spec.platform import Platform, platform_of
+from kernels.spec.platform import Platform, device_platform, platform_of
 from registry.contract import Scheme
 from registry.files.catalog import Catalog, load_schemes
 
@@ -38,21 +38,22 @@ from registry.files.catalog import Catalog, load_schemes
 ACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def platform_for_device(device: torch.device | str) -> Platform:
-    """The platform a tensor on `device` runs on: `cpu`, `cuda:smNN`, `rocm:gfxNNN` or `xpu`."""
-    device = torch.device(device)
-    if device.type == "cpu":
-        return Platform("cpu")
-    if device.type == "cuda":
-        if getattr(torch.version, "hip", None):
-            arch = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-            return Platform("rocm", arch)
-        major, minor = torch.cuda.get_device_capability(device)
-        return Platform("cuda", f"sm{major * 10 + minor}")
-    if device.type == "xpu":
-        return Platform("xpu")
-    raise ValueError(f"MX layers run on cpu, cuda (CUDA / ROCm) or xpu devices, not on {device}; "
-                     "move the model to one of those first")
+#: The platform a tensor on a device runs on: kernels.spec.platform.device_platform itself (one
+#: place for platform detection), named here for model code. `layer_platform` reads the name at
+#: call time, so patching `registry.nn.layers.platform_for_device` changes what layers and
+#: registry.nn.quantize see.
+platform_for_device = device_platform
+_LAYER_VENDORS = ("cpu", "cuda", "rocm", "xpu")
+
+
+def layer_platform(device: torch.device | str) -> Platform:
+    """The platform an MX layer on `device` runs on: platform_for_device(device), refused (one
+    line) for a device type no layer runs on (meta, mps, ...)."""
+    plat = platform_for_device(device)
+    if plat.vendor not in _LAYER_VENDORS:
+        raise ValueError(f"MX layers run on cpu, cuda (CUDA / ROCm) or xpu devices, not on "
+                         f"{device}; move the model to one of those first")
+    return plat
 
 
 def scheme_of(scheme: Scheme | str, catalog: Optional[Catalog] = None) -> Scheme:
@@ -174,7 +175,7 @@ class MXLinear(nn.Module):
         if act_dtype is not None and act_dtype not in ACT_DTYPES:
             raise ValueError(f"MXLinear act_dtype {act_dtype} is not float32, bfloat16 or float16")
         self.act_dtype: Optional[torch.dtype] = act_dtype
-        here = platform_for_device(device)
+        here = layer_platform(device)
         if platform is not None and platform_of(platform) != here:
             raise ValueError(
                 f"platform {platform_of(platform)} is not the platform of the weight's device "
@@ -264,7 +265,7 @@ class MXLinear(nn.Module):
         if act_dtype is not None and act_dtype not in ACT_DTYPES:
             raise ValueError(f"MXLinear ({self.scheme.name}) cannot run {act_dtype} "
                              "activations; use float32, bfloat16 or float16")
-        platform = platform_for_device(probe.device)
+        platform = layer_platform(probe.device)
         changed = platform != self.platform or act_dtype != self.act_dtype
         if changed:
             resolution = self._resolve(platform, act_dtype)
@@ -296,4 +297,4 @@ class MXLinear(nn.Module):
         return self.kernel.apply(x, self._prepared, self.bias)
 
 
-__all__ = ["MXGroupedExperts", "MXLinear", "platform_for_device", "scheme_of"]
+__all__ = ["MXGroupedExperts", "MXLinear", "layer_platform", "platform_for_device", "scheme_of"]

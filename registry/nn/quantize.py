@@ -31,7 +31,7 @@ from kernels.spec.platform import Platform, platform_of
 from registry.contract import Scheme
 from registry.files.catalog import Catalog, load_schemes
 from registry.nn.layer_patterns import LayerPatterns, check_shared_names, module_class_names
-from registry.nn.layers import MXLinear, platform_for_device, scheme_of
+from registry.nn.layers import MXLinear, layer_platform, scheme_of
 from registry.text import table
 
 SchemeSpec = Union[Scheme, str, Mapping[str, Union[Scheme, str]]]
@@ -240,7 +240,7 @@ def _resolve_layers(layers: list[_Layer], platform: Optional[Platform], strict: 
             continue
         m = layer.module
         try:
-            out[id(m)] = resolve(layer.scheme, platform or platform_for_device(m.weight.device),
+            out[id(m)] = resolve(layer.scheme, platform or layer_platform(m.weight.device),
                                  strict=strict, shape=(m.out_features, m.in_features),
                                  act_dtype=str(m.weight.dtype).removeprefix("torch."))
         except (ResolutionError, ValueError) as e:
@@ -283,7 +283,7 @@ def quantize_model(model: nn.Module, scheme: SchemeSpec, *, targets: Any = ("Lin
     layers, notes = _decide(model, scheme, targets, ignore, catalog)
     todo = [lay for lay in layers if lay.scheme is not None]
     for layer in todo if platform is not None else ():
-        here = platform_for_device(layer.module.weight.device)
+        here = layer_platform(layer.module.weight.device)
         if platform_of(platform) != here:
             raise ValueError(
                 f"layer {layer.names[0]}: platform {platform_of(platform)} is not the platform "

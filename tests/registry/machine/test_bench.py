@@ -1,0 +1,480 @@
+"""`registry bench` and its runner (registry.machine.bench), on the CPU with tiny shapes.
+
+The CLI refuses a machine without a GPU; the tests that go through the CLI's output paths
+replace its device check with "cpu" (the runner's API allows it). Times on a CPU are
+perf_counter medians and mean nothing: only their shape and arithmetic are checked.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.base import load_kernel
+from kernels.reference.linear import DequantWeightOnlyLinear
+from kernels.select.resolve import resolve
+from kernels.spec.platform import Platform
+from registry import load_schemes
+from registry.cli import bench as commands_bench
+from registry.cli import main
+from registry.machine import bench
+
+from support.device import DEVICE
+from support.paths import TOOLS
+from support.plugin import install  # noqa: F401 - the fixture that installs the fake plugin
+
+TINY = [(64, 64)]
+FAST = bench.TimingConfig(cpu_calls=1)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """Let the CLI run on the CPU (it refuses to, by design) with fast timing."""
+    monkeypatch.setattr(commands_bench, "gpu_device", lambda: "cpu")
+    real = bench.run_bench
+    monkeypatch.setattr(bench, "run_bench", lambda *a, **kw: real(*a, **dict(kw, timing=FAST)))
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if the runner starts."""
+    def refuse(*a, **kw):
+        raise AssertionError("run_bench was called")
+    monkeypatch.setattr(bench, "run_bench", refuse)
+
+
+# --- the CLI's refusals ------------------------------------------------------------------------
+
+def test_refuses_without_gpu_before_any_work(capsys, monkeypatch, no_work):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, out, err = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("registry bench: error: no GPU: torch.cuda.is_available() is False")
+    assert "NVIDIA (CUDA) or AMD (ROCm) GPU" in err and "`device`" in err
+    assert f"torch {torch.__version__}" in err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--shapes", "8192"], "--shapes: '8192' is not NxK"),
+    (["--shapes", "64x30"], "K=30 is not a multiple of the MX block 32"),
+    (["--m", "1,0"], "--m: '0' is not a positive integer"),
+    (["--kernels", "triton-fast"], "unknown kernel 'triton-fast'; known kernels: scaled-mm-mx"),
+    (["--kernels", ","], "--kernels is empty"),
+    (["--out", "/nonexistent-dir/r.json"], "--out /nonexistent-dir/r.json: directory"),
+])
+def test_bad_arguments_are_usage_errors(capsys, no_work, argv, needle):
+    code, out, err = run(capsys, "bench", "w_mxfp4", *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("registry bench: error: ") and needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--m", "abc"], "--m: 'abc' is not a positive integer"),
+    (["--m", "1.5"], "--m: '1.5' is not a positive integer"),
+    (["--m", "-3"], "--m: '-3' is not a positive integer"),
+    (["--m", ""], "--m: '' is not a positive integer"),
+    (["--m", "1,,2"], "--m: '' is not a positive integer"),
+    (["--m", "16,1,16"], "--m: 16 is given twice"),
+    (["--m", "\u0661"], "is not a positive integer"),  # an Arabic-Indic digit: not ASCII
+    (["--shapes", ""], "--shapes: '' is not NxK"),
+    (["--shapes", "64x64x64"], "--shapes: '64x64x64' is not NxK"),
+    (["--shapes=-64x64"], "--shapes: '-64x64' is not NxK"),
+    (["--shapes", "-64x64"], "argument --shapes: expected one argument"),  # argparse's
+    (["--shapes", "axb"], "--shapes: 'axb' is not NxK"),
+    (["--shapes", "0x64"], "--shapes: '0x64': N and K must be positive"),
+    (["--shapes", "64x0"], "--shapes: '64x0': N and K must be positive"),
+    (["--shapes", "64x100"], "K=100 is not a multiple of the MX block 32; use e.g. 96"),
+    (["--shapes", "64x64,64X64"], "--shapes: '64X64' is given twice"),
+    (["--kernels", "reference-emulation,reference-emulation"],
+     "--kernels: reference-emulation is given twice"),
+    (["--kernels", "triton-dot-scaled", "--shapes", "64x96"],
+     "--shapes 64x96 does not fit --kernels triton-dot-scaled: in_features 96 is not a "
+     "multiple of 64"),
+    (["mxfp8", "--kernels", "scaled-mm-mx", "--shapes", "8x128"],
+     "--shapes 8x128 does not fit --kernels scaled-mm-mx: out_features 8 is not a multiple "
+     "of 16"),
+    (["--kernels", "scaled-mm-mx"], "--kernels: scaled-mm-mx implements none of w_mxfp4 (e.g. "
+                                    "w_mxfp4: weight-only contract (activation none) not "
+                                    "implemented"),
+    (["w_mxfp4_a_mxfp4", "--kernels", "dequant-weight-only"],
+     "scheme w_mxfp4_a_mxfp4: none of --kernels dequant-weight-only implements it; see "
+     "`registry resolve w_mxfp4_a_mxfp4`"),
+    (["--out", "/etc/passwd/r.json"], "--out /etc/passwd/r.json: directory /etc/passwd does "
+                                      "not exist"),
+    (["--out", " "], "--out is empty"),
+    (["--plot", "/nonexistent-dir/r.png"], "--plot /nonexistent-dir/r.png: directory"),
+    (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+])
+def test_more_bad_arguments_are_one_line_usage_errors(capsys, no_work, argv, needle):
+    code, out, err = run(capsys, "bench", "w_mxfp4", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("registry") and needle in err, err
+
+
+def test_output_paths_must_be_writable_files(capsys, no_work, tmp_path, monkeypatch):
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--out", str(tmp_path))
+    assert code == 2 and err == (f"registry bench: error: --out {tmp_path} is a directory; "
+                                 "give a file name inside it\n")
+    same = str(tmp_path / "r")
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--out", same, "--plot", same)
+    assert code == 2 and "--out and --plot name the same file" in err
+    real_access = commands_bench.os.access
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(commands_bench.os, "access",  # root may write anywhere: pretend not
+                        lambda p, mode: Path(p) != locked and real_access(p, mode))
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--out", str(locked / "r.json"))
+    assert code == 2 and err == (f"registry bench: error: --out {locked / 'r.json'}: directory "
+                                 f"{locked} is not writable; choose another path\n")
+
+
+def test_no_torch_is_one_line(capsys, no_work, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    code, out, err = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("registry bench: error: torch does not import (")
+    assert "install a CUDA or ROCm build of torch" in err
+
+
+def test_broken_plugin_is_one_line(capsys, no_work, install):  # noqa: F811
+    install("acme-broken", {"raises": "acme_mx_kernels.decls:raises"})
+    code, out, err = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("registry bench: error: kernel plugin acme-broken (entry point raises")
+
+
+def test_runner_rejects_a_bad_grid():
+    for kwargs, needle in [
+        ({"shapes": []}, "shapes is empty"),
+        ({"shapes": [(64, 64.0)]}, "shape 64x64.0: N and K must be positive ints"),
+        ({"shapes": [(64, True)]}, "N and K must be positive ints"),
+        ({"shapes": [64]}, "shape 64 is not an (N, K) pair"),
+        ({"shapes": [(64, 64), (64, 64)]}, "a shape is given twice"),
+        ({"ms": []}, "give positive ints"),
+        ({"ms": [1, 1]}, "an M is given twice"),
+        ({"kernels": []}, "a non-empty list of kernel names"),
+        ({"kernels": "reference-emulation"}, "a non-empty list of kernel names"),
+    ]:
+        args = {"shapes": TINY, "ms": [1], "kernels": None, **kwargs}
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            bench.run_bench(["w_mxfp4"], device="cpu", timing=FAST, **args)
+
+
+def test_runner_refuses_cuda_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"device='cuda' but torch.cuda.is_available\(\) is "
+                                         "False"):
+        bench.run_bench(["w_mxfp4"], TINY, [1], device="cuda", timing=FAST)
+
+
+def test_unknown_scheme_suggests(capsys, no_work):
+    code, _, err = run(capsys, "bench", "w_mxfp44")
+    assert code == 2 and "no scheme or alias named 'w_mxfp44'" in err and "w_mxfp4" in err
+
+
+def test_plot_without_matplotlib_stops_before_the_run(capsys, monkeypatch, tmp_path, no_work):
+    monkeypatch.setattr(commands_bench, "gpu_device", lambda: "cpu")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--plot", str(tmp_path / "p.png"))
+    assert code == 2
+    assert err.strip() == ("registry bench: error: --plot: install matplotlib "
+                           f"({commands_bench.PLOT_INSTALL_HINT.split('(', 1)[1]}")
+    assert "pip install '" in err and "[plot]'" in err
+    assert not (tmp_path / "p.png").exists()
+
+
+# --- the plan (no torch work) --------------------------------------------------------------
+
+def test_plan_resolves_per_platform_and_lists_skips(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton kernels count as runnable on a CPU
+    catalog = load_schemes()
+    sm90 = Platform("cuda", "sm90")
+    tasks, skips = bench.plan_bench(catalog, ["mxfp4_w4a16", "mxfp4"], [(64, 64), (32, 96)],
+                                    [1, 16], None, sm90)
+    want = [(name, resolve(catalog.get(name), sm90, shape=shape, act_dtype="bfloat16").kernel,
+             shape) for name in ("w_mxfp4", "w_mxfp4_a_mxfp4") for shape in ((64, 64), (32, 96))]
+    assert [(t.scheme, t.kernel, (t.n, t.k)) for t in tasks] == want
+    assert all(t.ms == (1, 16) and not t.forced for t in tasks) and skips == []
+    # the shape reaches resolve: K=96 rules out triton-dot-scaled (K % 64), not K=64
+    assert want[0][1] != want[1][1] or want[0][1] != "triton-dot-scaled"
+    # the same schemes, named twice (name + alias), with forced kernels on a CPU
+    tasks, skips = bench.plan_bench(
+        catalog, ["w_mxfp4", "mxfp4_w4a16", "w_mxfp4_a_mxfp4"], [(64, 96)], [1],
+        ["dequant-weight-only", "scaled-mm-mx", "triton-dot-scaled"], Platform("cpu"))
+    assert [(t.scheme, t.kernel, t.forced) for t in tasks] == [
+        ("w_mxfp4", "dequant-weight-only", True)]
+    reasons = {(s.scheme, s.kernel): s.reason for s in skips}
+    assert "weight-only" in reasons[("w_mxfp4_a_mxfp4", "dequant-weight-only")]
+    assert reasons[("w_mxfp4", "scaled-mm-mx")].startswith("does not run on cpu")
+    # triton-dot-scaled runs in the interpreter here but needs K % 64 == 0
+    assert reasons[("w_mxfp4", "triton-dot-scaled")] == "in_features 96 is not a multiple of 64"
+    with pytest.raises(ValueError, match="unknown kernel 'nope'"):
+        bench.plan_bench(catalog, None, TINY, [1], ["nope"], Platform("cpu"))
+
+
+# --- the runner on the CPU -----------------------------------------------------------------
+
+def _check_row_arithmetic(row: bench.BenchRow, copy_tbs: float, device: str = "cpu") -> None:
+    assert row.status == "ok" and row.notes == []
+    assert row.eager_us > 0 and row.bf16_eager_us > 0
+    assert row.ratio_eager == pytest.approx(row.bf16_eager_us / row.eager_us)
+    if device == "cpu":  # no graphs: every figure uses the eager time
+        assert row.graph_us is None and row.bf16_graph_us is None
+        t_us = row.eager_us
+        assert row.ratio == row.ratio_eager
+    else:
+        t_us = row.graph_us
+        assert row.ratio == pytest.approx(row.bf16_graph_us / row.graph_us)
+    assert row.tflops == pytest.approx(2 * row.m * row.n * row.k / (t_us * 1e-6) / 1e12)
+    assert row.tb_s == pytest.approx(row.bytes / (t_us * 1e-6) / 1e12)
+    assert row.pct_copy == pytest.approx(100 * row.tb_s / copy_tbs)
+    assert 0 <= row.err <= bench.ERR_TOL
+
+
+def test_runner_rows_resolved_kernels():
+    result = bench.run_bench(["w_mxfp4", "mxfp4", "w_mxfp4_a_fp8"], TINY, [1, 3],
+                             device="cpu", timing=FAST, command="test")
+    catalog = load_schemes()
+    got = [(r.scheme, r.kernel, r.m, r.n, r.k, r.forced) for r in result.rows]
+    assert got == [(s, resolve(catalog.get(s), "cpu", shape=(64, 64)).kernel, m, 64, 64, False)
+                   for s in ("w_mxfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_fp8") for m in (1, 3)]
+    assert got[0][1] == "dequant-weight-only"  # weight-only on a CPU
+    env = result.environment
+    assert env["device"] == "cpu" and env["platform"] == "cpu" and env["command"] == "test"
+    assert env["torch"] == torch.__version__ and env["copy_tb_s"] > 0
+    assert "unavailable" in env["graph_timing"]
+    for row in result.rows:
+        _check_row_arithmetic(row, env["copy_tb_s"])
+        # weight codes (mxfp4: K/2 bytes a row) + scales (K/32) + bf16 x + bf16 out
+        assert row.bytes == 64 * (32 + 2) + 2 * row.m * 64 + 2 * row.m * 64
+    assert not result.failed and result.skipped == []
+    # the same bf16 baseline (same shape, same M) for every scheme of the run
+    assert len({(r.m, r.bf16_eager_us) for r in result.rows}) == 2
+    json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_runner_forced_triton_kernels():
+    """In Triton's interpreter on a CPU; on a GPU machine this runs the CUDA paths (graphs)."""
+    result = bench.run_bench(["w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp4"], [(32, 128)], [2],
+                             ["triton-emulation", "triton-dot-scaled", "dequant-weight-only"],
+                             device=DEVICE, timing=FAST)
+    got = {(r.scheme, r.kernel) for r in result.rows}
+    assert got == {("w_mxfp6_e3m2_a_mxfp6_e3m2", "triton-emulation"),
+                   ("w_mxfp4", "triton-emulation"), ("w_mxfp4", "triton-dot-scaled"),
+                   ("w_mxfp4", "dequant-weight-only")}
+    for row in result.rows:
+        _check_row_arithmetic(row, result.environment["copy_tb_s"], DEVICE)
+        assert row.forced
+    skipped = {(s.scheme, s.kernel) for s in result.skipped}
+    assert skipped == {("w_mxfp6_e3m2_a_mxfp6_e3m2", "triton-dot-scaled"),
+                       ("w_mxfp6_e3m2_a_mxfp6_e3m2", "dequant-weight-only")}
+
+
+def test_a_wrong_kernel_fails_and_is_not_timed(monkeypatch):
+    gen = torch.Generator().manual_seed(1)
+    scale = 1.02 + 0.03 * torch.rand((), generator=gen).item()  # a small, random mistake
+    real = DequantWeightOnlyLinear.apply
+    monkeypatch.setattr(DequantWeightOnlyLinear, "apply",
+                        lambda self, x, p, bias=None: real(self, x, p, bias).float() * scale)
+    result = bench.run_bench(["w_mxfp4", "w_mxfp4_a_mxfp4"], TINY, [5], device="cpu",
+                             timing=FAST)
+    bad, good = result.rows
+    assert (bad.kernel, bad.status) == ("dequant-weight-only", "FAIL")
+    assert bad.err == pytest.approx(scale - 1, rel=1e-3) and bad.err > bench.ERR_TOL
+    assert bad.eager_us is None and bad.graph_us is None and bad.ratio is None
+    assert "differs from reference-emulation" in bad.notes[0] and "not timed" in bad.notes[0]
+    assert good.status == "ok" and result.failed == [bad]
+
+
+def test_nan_output_and_raising_kernels(monkeypatch):
+    monkeypatch.setattr(DequantWeightOnlyLinear, "apply",
+                        lambda self, x, p, bias=None: torch.full((x.shape[0], p.out_features),
+                                                                 float("nan")))
+    ref = type(load_kernel("reference-emulation"))
+
+    def broken(self, x, p, bias=None):
+        raise RuntimeError("kernel exploded")
+    result = bench.run_bench(["w_mxfp4", "w_mxfp4_a_mxfp4"], TINY, [1], device="cpu",
+                             timing=FAST)
+    nan_row = result.rows[0]
+    assert nan_row.status == "FAIL" and nan_row.err is None and "NaN/Inf" in nan_row.notes[0]
+    json.dumps(result.to_dict(), allow_nan=False)
+    monkeypatch.setattr(ref, "apply", broken)  # the W4A4 kernel here and the check's oracle
+    result = bench.run_bench(["w_mxfp4_a_mxfp4"], TINY, [1], device="cpu", timing=FAST)
+    (row,) = result.rows
+    assert row.status == "ERROR" and row.notes == ["check raised RuntimeError: kernel exploded"]
+
+
+def test_ratio_falls_back_to_eager_when_the_baseline_has_no_graph():
+    row = bench.BenchRow("s", "k", 2, 64, 32, "ok", False, graph_us=10.0, eager_us=20.0,
+                         bytes=1000)
+    bench._fill_figures(row, (None, 0.030, "graph capture failed: X"), copy_tbs=1.0)
+    assert row.ratio == pytest.approx(30.0 / 20.0) and row.bf16_graph_us is None
+    assert row.notes == ["bf16 baseline: graph capture failed: X"]
+    row = bench.BenchRow("s", "k", 2, 64, 32, "ok", False, graph_us=10.0, eager_us=20.0,
+                         bytes=1000)
+    bench._fill_figures(row, (0.005, 0.030, None), copy_tbs=1.0)
+    assert row.ratio == pytest.approx(0.5) and row.ratio_eager == pytest.approx(1.5)
+    assert row.tb_s == pytest.approx(1000 / 10e-6 / 1e12)
+
+
+def test_timing_rejects_empty_sizes():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="copy_bandwidth: nbytes="):
+            bench.copy_bandwidth("cpu", bad)
+    with pytest.raises(ValueError, match="weight_bytes=0"):
+        bench._copies_needed(0, "cpu")
+    assert bench.copy_bandwidth("cpu", 1 << 12) > 0 and bench._copies_needed(10, "cpu") == 1
+
+
+def test_median_ms_cpu_rule():
+    calls = []
+    ms = bench.median_ms(lambda: calls.append(1), "cpu", cpu_calls=5)
+    assert len(calls) == 6 and ms >= 0  # one warm-up, five timed
+
+
+# --- the CLI's outputs (device check replaced by "cpu") ------------------------------------
+
+def test_cli_table_and_progress_lines(capsys, on_cpu):
+    code, out, err = run(capsys, "bench", "w_mxfp4", "mxfp4", "--shapes", "64x64", "--m", "1,2")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("# registry bench on cpu (cpu), torch ")
+    head = next(i for i, line in enumerate(lines) if line.startswith("scheme "))
+    assert lines[head].split() == ["scheme", "kernel", "M", "N", "x", "K", "graph", "us",
+                                   "eager", "us", "bf16", "us", "x", "bf16", "TFLOP/s", "TB/s",
+                                   "%", "copy", "check", "err", "status"]
+    body = [line.split() for line in lines[head + 1: head + 5]]
+    assert [(c[0], c[1], c[2], c[3], c[4], c[-1]) for c in body] == [
+        ("w_mxfp4", "dequant-weight-only", "1", "64x64", "-", "ok"),
+        ("w_mxfp4", "dequant-weight-only", "2", "64x64", "-", "ok"),
+        ("w_mxfp4_a_mxfp4", "reference-emulation", "1", "64x64", "-", "ok"),
+        ("w_mxfp4_a_mxfp4", "reference-emulation", "2", "64x64", "-", "ok")]
+    # stderr is not a terminal here: one line per finished row
+    progress = [line for line in err.splitlines() if line.startswith("[")]
+    assert progress[0].startswith("[1/4] w_mxfp4 64x64 M=1 dequant-weight-only: ok (")
+    assert progress[3].startswith("[4/4] w_mxfp4_a_mxfp4 64x64 M=2 reference-emulation: ok")
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1", "--quiet")
+    assert code == 0 and "[1/1]" not in err
+    # scheme names are not scheme directories (the global --schemes DIR option): no warnings
+    assert "warning" not in err and "directory" not in err
+
+
+def test_cli_json_out_and_plot(capsys, on_cpu, tmp_path):
+    out_file, png = tmp_path / "r.json", tmp_path / "r.png"
+    code, out, _ = run(capsys, "bench", "w_mxfp4", "w_mxint8_a_mxint8", "--shapes",
+                       "64x64,32x128", "--m", "1", "--json", "--quiet", "--kernels",
+                       "dequant-weight-only,reference-emulation", "--out", str(out_file),
+                       "--plot", str(png))
+    assert code == 0
+    data = json.loads(out)
+    assert data == json.loads(out_file.read_text())
+    assert set(data) == {"environment", "rows", "skipped"}
+    env = data["environment"]
+    for key in ("device", "capability", "torch", "triton", "cuda", "driver", "date",
+                "copy_tb_s", "command", "platform"):
+        assert key in env
+    assert env["command"] == ("registry bench w_mxfp4 w_mxint8_a_mxint8 --shapes "
+                              "64x64,32x128 --m 1 --seed 0 --kernels "
+                              "dequant-weight-only,reference-emulation")
+    assert [(r["scheme"], r["kernel"], r["n"]) for r in data["rows"]] == [
+        ("w_mxfp4", "dequant-weight-only", 64), ("w_mxfp4", "reference-emulation", 64),
+        ("w_mxfp4", "dequant-weight-only", 32), ("w_mxfp4", "reference-emulation", 32),
+        ("w_mxint8_a_mxint8", "reference-emulation", 64),
+        ("w_mxint8_a_mxint8", "reference-emulation", 32)]
+    assert [(s["scheme"], s["kernel"], s["shape"]) for s in data["skipped"]] == [
+        ("w_mxint8_a_mxint8", "dequant-weight-only", "64x64"),
+        ("w_mxint8_a_mxint8", "dequant-weight-only", "32x128")]
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000
+
+
+def test_cli_failed_row_exits_1(capsys, on_cpu, monkeypatch):
+    real = DequantWeightOnlyLinear.apply
+    monkeypatch.setattr(DequantWeightOnlyLinear, "apply",
+                        lambda self, x, p, bias=None: -real(self, x, p, bias))
+    code, out, _ = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1", "--quiet")
+    assert code == 1
+    row = next(line for line in out.splitlines() if line.startswith("w_mxfp4 "))
+    assert row.split()[-1] == "FAIL" and row.split()[-2] == "2.0e+00"  # -out: err 2 exactly
+    assert "1 row(s) FAILED or raised" in out and "not timed" in out
+
+
+def test_progress_line_on_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    stream = Tty()
+    line = commands_bench.ProgressLine(stream)
+    task = bench.Task("w_mxfp4", "triton-dot-scaled", 8192, 8192, (1, 16), False)
+    line("start", 11, 90, (task, 16))
+    line("row", 11, 90, bench.BenchRow("w_mxfp4", "k", 16, 8192, 8192, "ok", False))
+    line.close()
+    assert stream.getvalue() == ("\r\x1b[K[12/90] w_mxfp4 8192x8192 M=16 triton-dot-scaled"
+                                 "\r\x1b[K")
+    quiet = Tty()
+    commands_bench.ProgressLine(quiet, quiet=True)("start", 0, 1, (task, 1))
+    assert quiet.getvalue() == ""
+
+
+# --- the tools/ scripts use the same runner and timing rule ----------------------------------
+
+def test_tools_use_registry_bench(monkeypatch, capsys, tmp_path):
+    monkeypatch.syspath_prepend(str(TOOLS))
+    import bench_linear
+    import timing
+
+    assert timing.median_ms is bench.median_ms
+    monkeypatch.setattr(bench_linear, "runnable_here",
+                        lambda plat: ["dequant-weight-only", "reference-emulation"])
+    real = bench.run_bench
+    monkeypatch.setattr(bench, "run_bench", lambda *a, **kw: real(*a, **dict(kw, timing=FAST)))
+    code = bench_linear.main(["--quick", "--shape", "64x64", "--m", "1", "--out",
+                              str(tmp_path / "l.json")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| w_mxfp4 | dequant-weight-only | 64x64 | 1 | 0.0e+00 |" in out
+    assert "not run: w_mxfp4_a_mxfp4 dequant-weight-only 64x64:" in out
+    rows = json.loads((tmp_path / "l.json").read_text())["rows"]
+    assert {(r["scheme"], r["kernel"]) for r in rows} == {
+        ("w_mxfp4", "dequant-weight-only"), ("w_mxfp4", "reference-emulation"),
+        ("w_mxfp4_a_mxfp4", "reference-emulation"),
+        ("w_mxfp4_a_mxfp6_e3m2", "reference-emulation")}
+
+
+def test_cli_nothing_ran_exits_1(capsys, on_cpu):
+    code, out, err = run(capsys, "bench", "mxfp8", "--shapes", "64x128", "--m", "1",
+                         "--kernels", "scaled-mm-mx", "--quiet")
+    assert code == 1
+    assert "(no rows: nothing to run, see skipped)" in out
+    assert ("w_mxfp8_e4m3_a_mxfp8_e4m3 scaled-mm-mx (64x128): does not run on cpu (runs on "
+            "cuda:sm100+)") in out
+    assert "registry bench: nothing ran" in err
+
+
+def test_graph_capture_failure_is_a_note_not_silence(monkeypatch):
+    """The CUDA branch with its CUDA calls replaced: a capture error lands in the row's note."""
+    def capture_fails(*a, **kw):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    monkeypatch.setattr(bench, "_is_cuda", lambda device: True)
+    monkeypatch.setattr(bench, "median_ms", lambda *a, **kw: 0.25)
+    monkeypatch.setattr(bench, "graph_ms", capture_fails)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    graph, eager, note = bench._time_both([1, 2], lambda op: op, "cuda", FAST)
+    assert graph is None and eager == 0.25
+    assert note == ("graph capture failed: RuntimeError: operation not permitted when stream "
+                    "is capturing")
+    monkeypatch.setattr(bench, "graph_ms", lambda fn, *a: 0.5)  # two copies per replay
+    assert bench._time_both([1, 2], lambda op: op, "cuda", FAST) == (0.25, 0.25, None)
