@@ -7,14 +7,8 @@ from pathlib import Path
 import pytest
 
 from registry.cli import main
+from support.scheme_texts import BAD_ACT
 
-BAD_ACT = """\
-name: w_mxfp4_a_fp8_token
-summary: MXFP4 weights, fp8 activations with dynamic per-token scales
-aliases: []
-weight:     {format: mxfp4, scale: {format: e8m0, block: 32, rounding: even}, static: true}
-activation: {format: fp8_e4m3, scale: {format: fp32, granularity: token}, static: false}
-"""
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -12,17 +12,11 @@ from kernels.select.activation_keys import DISPATCH_KEYS
 from kernels.select.declarations import KINDS, kernels_of_kind
 from kernels.spec.platform import Platform
 from registry.cli import main
+from support.scheme_texts import BAD_ACT
 from registry.files.catalog import load_schemes
 
 from support.paths import REPO
 LINEAR = [d.name for d in kernels_of_kind("linear")]
-BAD_ACT = """\
-name: w_mxfp4_a_fp8_token
-summary: MXFP4 weights, fp8 activations with dynamic per-token scales
-aliases: []
-weight:     {format: mxfp4, scale: {format: e8m0, block: 32, rounding: even}, static: true}
-activation: {format: fp8_e4m3, scale: {format: fp32, granularity: token}, static: false}
-"""
 TOKEN_KEY = "fp8_e4m3:fp32/token:dynamic"
 
 
