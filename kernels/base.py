@@ -104,7 +104,7 @@ class LinearKernel:
         ok, why = self.can_implement(mx.shape[1], mx.shape[0])
         if not ok:
             raise ValueError(f"kernel {self.name} cannot run this layer: {why}")
-        prepared = PreparedWeight(mx, contract, _static_scale(contract, act_scale, calibration))
+        prepared = PreparedWeight(mx, contract, static_scale(contract, act_scale, calibration))
         self.finish_prepare(prepared)
         return prepared
 
@@ -122,7 +122,7 @@ class LinearKernel:
         return activation_qdq(key, backend=backend)(x, prepared.act_scale)
 
 
-def _static_scale(contract: SchemeContract, act_scale: Any, calibration: Tensor | None):
+def static_scale(contract: SchemeContract, act_scale: Any, calibration: Tensor | None):
     key = contract.activation
     if key is None or not key.static:
         if act_scale is not None or calibration is not None:

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from kernels import choice
-from kernels.base import _static_scale
+from kernels.base import static_scale
 from kernels.dispatch import activation_qdq
 from kernels.mx import FLOAT_DTYPES, MXTensor, check_device, mx_quantize
 from kernels.reference.moe import check_routing, grouped_experts_reference, route
@@ -147,7 +147,7 @@ class MXGroupedExperts(nn.Module):
             activation_qdq(self.contract.activation)  # UnknownActivationKey: fail at build time
         mx = _stack_experts(weights, self.contract)
         self.num_experts, self.out_features, self.in_features = mx.shape
-        scale = _static_scale(self.contract, act_scale, calibration)
+        scale = static_scale(self.contract, act_scale, calibration)
         self._platform: Platform | None = None
         self.resolution: Resolution
         self.qdq_resolution: Resolution | None

@@ -1,6 +1,6 @@
 """The MX numerics oracle in pure torch (any device): quantize, dequantize and QDQ of [R, K] rows.
 
-Rules (docs: /work/shared/DESIGN.md section 3, OCP Microscaling Formats v1.0):
+Rules (docs/numerics.md; OCP Microscaling Formats v1.0):
 - Work in fp32; bf16 / fp16 inputs are upcast exactly. Blocks are 32 consecutive elements of a row.
 - Shared exponent E from amax = max |x| of the block, clamped to [-127, 127]; all-zero -> -127:
     floor: floor(log2(amax)) - emax, read exactly from the fp32 bits (fp32 subnormals too).

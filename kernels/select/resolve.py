@@ -191,28 +191,61 @@ def resolve(
     contract, name = _subject(scheme_or_contract, kind)
     plat = platform_of(platform)
     strict = env_flag(ENV_STRICT) or strict  # read (and checked) even when strict=True
-    off = tuple(dict.fromkeys(list(disabled) + list(env_disabled())))
+    disabled = tuple(disabled)
+    off = tuple(dict.fromkeys(disabled + env_disabled()))
     label = name or str(contract)
-    what = "kernel" if kind == "linear" else f"{kind} kernel"
     table = kernel_table()
     if table.problems:
         res = Resolution(name, str(plat), contract, None, False, bool(force), (), off, (), kind)
         raise ResolutionError(f"cannot resolve {label} on {plat}: "
                               + "; ".join(str(p) for p in table.problems), res)
-    check_kernel_names(list(disabled), "disabled=", table.names)
+    check_kernel_names(disabled, "disabled=", table.names)
     check_kernel_names(env_disabled(), ENV_DISABLED, table.names)
     check_kernel_names([] if force is None else [force], "force=", table.names_of(kind))
 
     order = (table.entry(force).decl,) if force else table.candidates_for(plat, kind)
     sources = {e.decl.name: e.source for e in table.entries}
-    interpreted = triton_interpreted()
+    req = _Request(contract, plat, kind, off, disabled, force, forced_by, shape, act_dtype,
+                   triton_interpreted())
+    results, chosen, fallback = _candidates(req, order, sources)
+    res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), results, off,
+                     _deviations(req, order, chosen, fallback, results, sources), kind)
+    _refuse(res, label, strict, forced_by)
+    return res
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One resolve() call's question: the subject, the platform and the switches in force."""
+
+    contract: Union[SchemeContract, QuantKey]
+    plat: Platform
+    kind: str
+    off: tuple[str, ...]  # every disabled kernel: disabled= and REGISTRY_DISABLED_KERNELS
+    disabled: tuple[str, ...]  # disabled= alone (messages name the switch)
+    force: Optional[str]
+    forced_by: str
+    shape: Optional[tuple[int, int]]
+    act_dtype: Optional[str]
+    interpreted: bool
+
+    def steps(self, decl, off: tuple[str, ...]) -> tuple[bool, str]:
+        """_steps for `decl` under this request, with `off` as the disabled kernels."""
+        return _steps(decl, self.plat, self.contract, off, self.shape, self.act_dtype,
+                      interpreted=self.interpreted)
+
+
+def _candidates(req: _Request, order, sources: dict[str, str]
+                ) -> tuple[tuple[Candidate, ...], Optional[str], bool]:
+    """(every kernel of `order` with its verdict, the first that fits or None, whether that one
+    is an emulated fallback after a native kernel listed before it)."""
     results: list[Candidate] = []
     chosen: Optional[str] = None
     native_listed_before = False
     fallback = False
     for decl in order:
-        native = decl.is_native_on(plat)
-        ok, why = _steps(decl, plat, contract, off, shape, act_dtype, interpreted=interpreted)
+        native = decl.is_native_on(req.plat)
+        ok, why = req.steps(decl, req.off)
         if ok and chosen is None:
             chosen = decl.name
             fallback = native_listed_before and not native
@@ -223,22 +256,23 @@ def resolve(
         results.append(Candidate(decl.name, False, why, native, sources[decl.name]))
         if chosen is None and native:
             native_listed_before = True
+    return tuple(results), chosen, fallback
 
-    deviations = _deviations(order, plat, contract, shape, act_dtype, chosen, force, fallback,
-                             results, sources, off, disabled, interpreted, forced_by)
-    res = Resolution(name, str(plat), contract, chosen, fallback, bool(force), tuple(results), off,
-                     deviations, kind)
-    if chosen is None:
-        raise ResolutionError(f"no {what} implements {label} on {plat}: "
-                              f"{brief_reasons(results) or 'no candidates'}", res)
-    refused = [d for d in deviations if d.kind in STRICT_KINDS]
+
+def _refuse(res: Resolution, label: str, strict: bool, forced_by: str) -> None:
+    """Raise ResolutionError when no kernel was chosen, or in strict mode when a deviation
+    (fallback / forced / disabled) made the choice."""
+    if res.kernel is None:
+        what = "kernel" if res.kind == "linear" else f"{res.kind} kernel"
+        raise ResolutionError(f"no {what} implements {label} on {res.platform}: "
+                              f"{brief_reasons(res.candidates) or 'no candidates'}", res)
+    refused = [d for d in res.deviations if d.kind in STRICT_KINDS]
     if strict and refused:
         # Each deviation names the kernel that runs and the switch behind it; `how` adds the fix.
         how = {"fallback": f" (drop --strict / {ENV_STRICT} to allow it)",
                "forced": f" (drop {_FORCE_SWITCHES.get(forced_by, forced_by)})", "disabled": ""}
-        raise ResolutionError(f"strict mode: {label} on {plat}: "
+        raise ResolutionError(f"strict mode: {label} on {res.platform}: "
                               + "; ".join(f"{d}{how[d.kind]}" for d in refused), res)
-    return res
 
 
 _FORCE_SWITCHES = {"force= / --force": "--force / force="}  # how the fix is worded
@@ -267,16 +301,15 @@ def _blocker(decl, off: tuple[str, ...]) -> Optional[str]:
     return next((u for u in decl.uses if u in off), None)
 
 
-def _deviations(order, plat: Platform, contract, shape, act_dtype, chosen: Optional[str],
-                force: Optional[str], fallback: bool, results: list[Candidate],
-                sources: dict[str, str], off: tuple[str, ...], disabled: Iterable[str],
-                interpreted: bool, forced_by: str) -> tuple[Deviation, ...]:
+def _deviations(req: _Request, order, chosen: Optional[str], fallback: bool,
+                results: tuple[Candidate, ...], sources: dict[str, str]
+                ) -> tuple[Deviation, ...]:
     """What made `chosen` differ from the kernel the platform's plain order would pick."""
     if chosen is None:
         return ()
     out = []
-    if force:
-        out.append(Deviation("forced", f"kernel {force} was forced ({forced_by}); the "
+    if req.force:
+        out.append(Deviation("forced", f"kernel {req.force} was forced ({req.forced_by}); the "
                                        f"platform's order was not consulted"))
     if fallback:
         why = brief_reasons(c for c in results if c.native and not c.accepted)
@@ -285,13 +318,11 @@ def _deviations(order, plat: Platform, contract, shape, act_dtype, chosen: Optio
     # The plain order's choice differs only if a kernel listed before `chosen` was refused for
     # being disabled (or using a disabled QDQ kernel) and passes every other step: re-check
     # just those.
-    before = [d for d in order[:[d.name for d in order].index(chosen)] if _blocker(d, off)]
-    plain = next((d for d in before
-                  if _steps(d, plat, contract, (), shape, act_dtype, interpreted=interpreted)[0]),
-                 None)
-    if not force and plain is not None:
-        culprit = _blocker(plain, off)
-        via = "disabled=/--disable" if culprit in set(disabled) else ENV_DISABLED
+    before = [d for d in order[:[d.name for d in order].index(chosen)] if _blocker(d, req.off)]
+    plain = next((d for d in before if req.steps(d, ())[0]), None)
+    if not req.force and plain is not None:
+        culprit = _blocker(plain, req.off)
+        via = "disabled=/--disable" if culprit in set(req.disabled) else ENV_DISABLED
         what = "is disabled" if culprit == plain.name else f"uses {culprit}, which is disabled"
         out.append(Deviation("disabled", f"{plain.name} would run but {what} ({via}); "
                                          f"{chosen} runs instead"))

@@ -13,7 +13,7 @@ Split-K (SPLIT > 1) writes fp32 partials [SPLIT, M, N] that the host sums in a f
 results are deterministic (no atomics).
 
 Numerics are those of the fused tile kernel (linear_emulation.py): the same activation tile QDQ
-(`_act_tile`) and weight decode (`_weight_tile`), fp32 accumulation; only the summation order
+(`act_tile`) and weight decode (`weight_tile`), fp32 accumulation; only the summation order
 differs from the reference.
 """
 from __future__ import annotations
@@ -26,9 +26,8 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.triton.fit import launch_fitting, smaller_configs
-from kernels.triton.mx_codec import _e8m0_value, _nan_like, _pow2, _store_fp32
-from kernels.triton.mx_quant import _bits_view
-from kernels.triton.linear_tiles import _act_tile, _weight_tile
+from kernels.triton.mx_codec import act_tile, e8m0_value, nan_like, pow2, store_fp32, weight_tile
+from kernels.triton.mx_quant import bits_view
 
 
 @triton.jit
@@ -50,10 +49,10 @@ def _fp4_scaled(v, sbyte, FAST_SCALE: tl.constexpr):
     <= 128 (checked once at preparation: `fast_fp4_scale`), else 2**126 then 2**(E - 127);
     0xFF -> NaN."""
     if FAST_SCALE:
-        f = tl.where(sbyte == 255, _nan_like(sbyte), _pow2(tl.minimum(sbyte, 128) - 1))
+        f = tl.where(sbyte == 255, nan_like(sbyte), pow2(tl.minimum(sbyte, 128) - 1))
     else:
         v = v * 8.507059173023462e37  # 2**126
-        f = _e8m0_value(sbyte)
+        f = e8m0_value(sbyte)
     return v * f[:, :, None]
 
 
@@ -106,6 +105,11 @@ def _decode_linear_kernel(
         USE_DOT: tl.constexpr, SPLIT: tl.constexpr, W_SPLIT: tl.constexpr, ACC2D: tl.constexpr,
         FP4_FAST: tl.constexpr, FAST_SCALE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    tl.static_assert(BLOCK_K % (64 if W_SPLIT else 32) == 0,
+                     "BLOCK_K must hold whole 32-element MX blocks (split fp4: in each half)")
+    tl.static_assert((BLOCK_M & (BLOCK_M - 1)) == 0, "BLOCK_M must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_N & (BLOCK_N - 1)) == 0, "BLOCK_N must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     k_lo = pid_s * TILES_PER_SPLIT
@@ -119,9 +123,9 @@ def _decode_linear_kernel(
         acc2 = tl.zeros([BLOCK_N, PART_K], dtype=tl.float32)
     for kk in range(k_lo, k_hi):
         for h in tl.static_range(PARTS):
-            a = _act_tile(x_ptr, stride_x, s_ptr, M, K, 0, PARTS * kk + h, IN_KIND, ACT_MODE,
-                          A_MBITS, A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB,
-                          A_IS_INT, A_ROUNDING, HW_CAST, BLOCK_M, PART_K)
+            a = act_tile(x_ptr, stride_x, s_ptr, M, K, 0, PARTS * kk + h, IN_KIND, ACT_MODE,
+                         A_MBITS, A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB,
+                         A_IS_INT, A_ROUNDING, HW_CAST, BLOCK_M, PART_K)
             if W_SPLIT:  # no nibble interleave: each half decodes from one load
                 w = _split_fp4_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n,
                                     kk, h, FAST_SCALE, BLOCK_N, BLOCK_K)
@@ -129,9 +133,9 @@ def _decode_linear_kernel(
                 w = _fp4_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n, kk,
                               FAST_SCALE, BLOCK_N, BLOCK_K)
             else:
-                w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n,
-                                 kk, W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK,
-                                 W_SAT, BLOCK_N, BLOCK_K)
+                w = weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n,
+                                kk, W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK,
+                                W_SAT, BLOCK_N, BLOCK_K)
             if USE_DOT:
                 if DOT_KIND == 0:
                     acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
@@ -151,8 +155,8 @@ def _decode_linear_kernel(
     if SPLIT == 1:
         if HAS_BIAS:
             acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[:, None]
-        _store_fp32(out_ptr + rows.to(tl.int64)[None, :] * stride_o + cols[:, None], acc, mask,
-                    OUT_KIND, HW_CAST)
+        store_fp32(out_ptr + rows.to(tl.int64)[None, :] * stride_o + cols[:, None], acc, mask,
+                   OUT_KIND, HW_CAST)
     else:  # fp32 partial of this K slice; the host adds the slices in order
         ptrs = out_ptr + pid_s * stride_split + rows.to(tl.int64)[None, :] * stride_o
         tl.store(ptrs + cols[:, None], acc, mask=mask)
@@ -261,12 +265,12 @@ def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, 
         data = cached.get(key)
         if data is None:
             data = cached.setdefault(key, split_fp4_layout(cached["data"], config.block_k))
-    target = _bits_view(out)
+    target = bits_view(out)
     if split > 1:
         target = torch.empty((split, m, n), dtype=torch.float32, device=x2d.device)
     grid = (triton.cdiv(n, config.block_n), split)
     _decode_linear_kernel[grid](
-        _bits_view(x2d), data, scales, scale if scale is not None else scales,
+        bits_view(x2d), data, scales, scale if scale is not None else scales,
         bias if bias is not None else scales, target, m, n, k, per_split,
         x2d.stride(0), data.stride(0), scales.stride(0), target.stride(-2),
         target.stride(0) if split > 1 else 0,

@@ -57,12 +57,11 @@ from kernels.spec.formats import E8M0_BIAS, E8M0_NAN, get_format
 from kernels.triton import fit, mx_quant
 from kernels.triton.fit import TileConfig
 from kernels.triton.mx_codec import (
-    KIND_FP32, KIND_OF_DTYPE, SPECIALS_CODE, _decode, _fp32_to_bf16_bits, _load_fp32,
-    _nan_like, _pow2, _store_fp32,
+    KIND_FP32, KIND_OF_DTYPE, SPECIALS_CODE, decode, fp32_to_bf16_bits, load_codes, load_fp32,
+    nan_like, pow2, store_fp32,
 )
 from kernels.spec.contract import QuantKey
 from kernels.spec.platform import Platform
-from kernels.triton.mx_quant import _load_codes
 
 NAME = "triton-dot-scaled"
 CACHE_KEY = NAME  # the prepared.cache entry holding the _WeightOperands
@@ -104,7 +103,7 @@ def _to_act_dtype(f, ACT_KIND: tl.constexpr, HW_CAST: tl.constexpr):
     elif HW_CAST:
         r = f.to(tl.bfloat16)
     else:
-        r = _fp32_to_bf16_bits(f).to(tl.bfloat16, bitcast=True)
+        r = fp32_to_bf16_bits(f).to(tl.bfloat16, bitcast=True)
     return r
 
 
@@ -122,6 +121,10 @@ def _dot_scaled_linear_kernel(
     """out[M, N] = lhs[M, K] @ W[N, K]^T (+ bias), one [BLOCK_M, BLOCK_N] tile a program.
     K % BLOCK_K == 0 (checked by the caller), so the K loop needs no mask. A_PACK: 1 when the
     lhs is packed e2m1 (two codes a byte), else 0."""
+    tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
+    tl.static_assert((BLOCK_M & (BLOCK_M - 1)) == 0, "BLOCK_M must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_N & (BLOCK_N - 1)) == 0, "BLOCK_N must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -155,11 +158,11 @@ def _dot_scaled_linear_kernel(
             if LHS_MODE == 0:
                 a = tl.load(a_ptrs, mask=m_ok[:, None], other=0)
             else:
-                codes = _load_codes(a_ptr, stride_am, offs_m, kt, M, K, A_BITS, A_PACK,
-                                    BLOCK_M, BLOCK_K)
-                val = _decode(tl.reshape(codes, [BLOCK_M, NB, 32]), A_MBITS, A_BIAS, A_BITS,
-                              False, A_SPECIALS)
-                val = val * _pow2(tl.minimum(a_s.to(tl.int32), 254) - 127)[:, :, None]
+                codes = load_codes(a_ptr, stride_am, offs_m, kt, M, K, A_BITS, A_PACK,
+                                   BLOCK_M, BLOCK_K)
+                val = decode(tl.reshape(codes, [BLOCK_M, NB, 32]), A_MBITS, A_BIAS, A_BITS,
+                             False, A_SPECIALS)
+                val = val * pow2(tl.minimum(a_s.to(tl.int32), 254) - 127)[:, :, None]
                 a = _to_act_dtype(tl.reshape(val, [BLOCK_M, BLOCK_K]), ACT_KIND, HW_CAST)
             if SPLIT_FP16:
                 hi, lo = _split_bf16(a)
@@ -172,11 +175,11 @@ def _dot_scaled_linear_kernel(
         w_ptrs += BLOCK_K // RHS_PACK
         ws_ptrs += NB
     if HAS_BIAS:
-        acc += _load_fp32(bias_ptr + offs_n, n_ok, BIAS_KIND)[None, :]
+        acc += load_fp32(bias_ptr + offs_n, n_ok, BIAS_KIND)[None, :]
     nan_mask = (row_nan[:, None] + col_nan[None, :]) > 0
-    acc = tl.where(nan_mask, _nan_like(nan_mask.to(tl.int32)), acc)
+    acc = tl.where(nan_mask, nan_like(nan_mask.to(tl.int32)), acc)
     out_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
-    _store_fp32(out_ptrs, acc, m_ok[:, None] & n_ok[None, :], OUT_KIND, HW_CAST)
+    store_fp32(out_ptrs, acc, m_ok[:, None] & n_ok[None, :], OUT_KIND, HW_CAST)
 
 
 @dataclass(frozen=True)
@@ -358,8 +361,8 @@ def dot_scaled_linear(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None
     def run(cfg: TileConfig) -> None:
         grid = (triton.cdiv(m, cfg.bm), triton.cdiv(n, cfg.bn))
         _dot_scaled_linear_kernel[grid](
-            lhs, lhs_scale, ops.data, ops.scales, mx_quant._bits_view(bias) if has_bias else out,
-            mx_quant._bits_view(out), m, n, k, lhs.stride(0), lhs_scale.stride(0),
+            lhs, lhs_scale, ops.data, ops.scales, mx_quant.bits_view(bias) if has_bias else out,
+            mx_quant.bits_view(out), m, n, k, lhs.stride(0), lhs_scale.stride(0),
             ops.data.stride(0), ops.scales.stride(0), out.stride(0),
             LHS_MODE=LHS_MODES[lhs_mode], RHS_FMT=ops.fmt, RHS_PACK=2 if ops.fmt == "e2m1" else 1,
             ACT_KIND=KIND_OF_DTYPE[x2d.dtype], SPLIT_FP16=split, HAS_BIAS=has_bias,

@@ -27,11 +27,11 @@ from kernels.base import LinearKernel, PreparedWeight
 from kernels.dispatch import activation_qdq
 from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_bias, check_input
-from kernels.triton.mx_codec import KIND_OF_DTYPE, _store_fp32
+from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
 from kernels.triton import fit, linear_decode, mx_quant
-from kernels.triton.linear_tiles import (  # noqa: F401  (re-exported for the MoE kernels)
-    ACT_FP8_STATIC, ACT_MX, ACT_NONE, DOT_BF16, DOT_FP32, _NAME, _act_tile, _dot_choice,
-    _prepare_tensors, _weight_tile,
+from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
+from kernels.triton.linear_tiles import (  # noqa: F401  (ACT_* / DOT_*: part of this module's API)
+    ACT_FP8_STATIC, ACT_MX, ACT_NONE, DOT_BF16, DOT_FP32, dot_choice, prepare_tensors,
 )
 
 
@@ -48,16 +48,20 @@ def _emulated_linear_kernel(
         W_SAT: tl.constexpr,
         DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
+    tl.static_assert((BLOCK_M & (BLOCK_M - 1)) == 0, "BLOCK_M must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_N & (BLOCK_N - 1)) == 0, "BLOCK_N must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for kk in range(0, tl.cdiv(K, BLOCK_K)):
-        a = _act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND, ACT_MODE, A_MBITS,
-                      A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
-                      A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
-        w = _weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
-                         W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, W_SAT, BLOCK_N,
-                         BLOCK_K)
+        a = act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND, ACT_MODE, A_MBITS,
+                     A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
+                     A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
+        w = weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
+                        W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, W_SAT, BLOCK_N,
+                        BLOCK_K)
         if DOT_KIND == 0:
             acc = tl.dot(a.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
         else:
@@ -66,8 +70,8 @@ def _emulated_linear_kernel(
     if HAS_BIAS:
         acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[None, :]
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :], acc,
-                (rows < M)[:, None] & (cols < N)[None, :], OUT_KIND, HW_CAST)
+    store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :], acc,
+               (rows < M)[:, None] & (cols < N)[None, :], OUT_KIND, HW_CAST)
 
 
 # ----------------------------------------------------------------------------- launch set-up
@@ -114,7 +118,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
                          "tensor (or TRITON_INTERPRET=1 set before importing kernels.triton)")
     cached = prepared.cache.get(_CACHE_KEY)
     if cached is None:  # prepared by another kernel's prepare(): derive once, keep
-        cached = prepared.cache.setdefault(_CACHE_KEY, _prepare_tensors(prepared))
+        cached = prepared.cache.setdefault(_CACHE_KEY, prepare_tensors(prepared))
     n, k = prepared.out_features, prepared.in_features
     lead = x.shape[:-1]
     x2d = x.reshape(-1, k)
@@ -138,7 +142,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     out = torch.empty((m, n), dtype=out_dtype, device=x.device)
     bias32 = None if bias is None else bias.to(torch.float32).contiguous()
     consts = dict(cached["consts"])
-    dot_kind, precision = _dot_choice(x.dtype, consts["ACT_MODE"])
+    dot_kind, precision = dot_choice(x.dtype, consts["ACT_MODE"])
     launch = dict(dot_kind=dot_kind, precision=precision, hw_cast=not _INTERPRETED,
                   in_kind=KIND_OF_DTYPE[x.dtype], out_kind=KIND_OF_DTYPE[out_dtype])
     if chosen == "decode":
@@ -167,8 +171,8 @@ def _launch_tiled(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
     def run(cfg: fit.TileConfig) -> None:
         grid = (triton.cdiv(m, cfg.bm), triton.cdiv(n, cfg.bn))
         _emulated_linear_kernel[grid](
-            mx_quant._bits_view(x2d), data, scales, scale if scale is not None else scales,
-            bias if bias is not None else scales, mx_quant._bits_view(out), m, n, k,
+            mx_quant.bits_view(x2d), data, scales, scale if scale is not None else scales,
+            bias if bias is not None else scales, mx_quant.bits_view(out), m, n, k,
             x2d.stride(0), data.stride(0), scales.stride(0), out.stride(0),
             IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
             DOT_PRECISION=precision, HW_CAST=hw_cast, BLOCK_M=cfg.bm, BLOCK_N=cfg.bn,
@@ -198,7 +202,7 @@ class TritonEmulationLinear(LinearKernel):
     name = "triton-emulation"
 
     def finish_prepare(self, prepared: PreparedWeight) -> None:
-        prepared.cache[_CACHE_KEY] = _prepare_tensors(prepared)
+        prepared.cache[_CACHE_KEY] = prepare_tensors(prepared)
 
     def apply(self, x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None) -> Tensor:
         return fused_linear(x, prepared, bias)

@@ -26,7 +26,7 @@ from kernels.reference.linear import check_bias, check_input
 from kernels.spec.formats import BLOCK, get_format
 from kernels.triton import fit, mx_quant
 from kernels.triton.linear_emulation import DECODE_MAX_M, fused_linear
-from kernels.triton.mx_codec import KIND_OF_DTYPE, _e8m0_value, _store_fp32
+from kernels.triton.mx_codec import KIND_OF_DTYPE, e8m0_value, store_fp32
 
 _NAME = "triton-fp8-mma"
 
@@ -36,6 +36,9 @@ def _fp8_mma_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K,
                     stride_a, stride_sa, stride_b, stride_sb, stride_o,
                     OUT_KIND: tl.constexpr, HAS_BIAS: tl.constexpr, HW_CAST: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    tl.static_assert((BLOCK_M & (BLOCK_M - 1)) == 0, "BLOCK_M must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_N & (BLOCK_N - 1)) == 0, "BLOCK_N must be a power of two (tl.arange)")
+    tl.static_assert(GROUP_M >= 1, "GROUP_M must be at least 1")
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -56,8 +59,8 @@ def _fp8_mma_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K,
     for kb in range(0, K // 32):
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
-        sa = _e8m0_value(tl.load(sa_ptr + rows_c * stride_sa + kb).to(tl.int32))
-        sb = _e8m0_value(tl.load(sb_ptr + cols_c * stride_sb + kb).to(tl.int32))
+        sa = e8m0_value(tl.load(sa_ptr + rows_c * stride_sa + kb).to(tl.int32))
+        sb = e8m0_value(tl.load(sb_ptr + cols_c * stride_sb + kb).to(tl.int32))
         part = tl.dot(a, tl.trans(b))
         acc += part * (sa[:, None] * sb[None, :])
         a_ptrs += 32
@@ -65,8 +68,8 @@ def _fp8_mma_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K,
     if HAS_BIAS:
         acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[None, :]
     mask = (rows < M)[:, None] & (cols < N)[None, :]
-    _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :], acc, mask,
-                OUT_KIND, HW_CAST)
+    store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :], acc, mask,
+               OUT_KIND, HW_CAST)
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ def fp8_mma_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = No
     def run(c) -> None:
         _fp8_mma_kernel[(triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n),)](
             a, a_scales, w["codes"], w["scales"], bias32 if bias32 is not None else a_scales,
-            mx_quant._bits_view(out), m, n, k, a.stride(0), a_scales.stride(0),
+            mx_quant.bits_view(out), m, n, k, a.stride(0), a_scales.stride(0),
             w["codes"].stride(0), w["scales"].stride(0), out.stride(0),
             OUT_KIND=KIND_OF_DTYPE[out_dtype], HAS_BIAS=bias is not None,
             HW_CAST=not mx_quant._INTERPRETED, BLOCK_M=c.block_m, BLOCK_N=c.block_n,

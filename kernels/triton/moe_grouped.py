@@ -7,10 +7,10 @@ upper bound on the tiles, cdiv(T * top_k, BLOCK_M) + min(E, T * top_k), and the 
 hold expert E, which the kernel skips. The token rows are gathered into expert order once.
 
 Kernel: a program owns the [BLOCK_M, BLOCK_N] tile (expert e, M-tile, N-tile) and walks K with
-the emulation linear kernels' own jit helpers (kernels/triton/linear_tiles.py: `_act_tile`, the
-dispatcher-exact activation QDQ; `_weight_tile`, the exact dequant; `_prepare_tensors`, the one
-key -> constexpr mapping), so the MoE and the linear path cannot drift apart. The fp32
-accumulator is multiplied by the slot's fp32 routing weight and stored, still fp32, to row
+the emulation linear kernels' own helpers (kernels/triton/mx_codec.py: `act_tile`, the
+dispatcher-exact activation QDQ; `weight_tile`, the exact dequant; linear_tiles.py:
+`prepare_tensors`, the one key -> constexpr mapping), so the MoE and the linear path cannot
+drift apart. The fp32 accumulator is multiplied by the slot's fp32 routing weight and stored, still fp32, to row
 t * top_k + k of a [T * top_k, N] buffer: every row is written by exactly one program, so there
 are no atomics and the result is deterministic. The slots are then added in order on the host
 (kernels.reference.moe.combine_slots) and cast once.
@@ -32,8 +32,8 @@ from kernels.mx import MXTensor
 from kernels.reference.moe import combine_slots
 from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import fit, mx_quant
-from kernels.triton.linear_tiles import _act_tile, _dot_choice, _prepare_tensors, _weight_tile
-from kernels.triton.mx_codec import KIND_OF_DTYPE, _store_fp32
+from kernels.triton.linear_tiles import dot_choice, prepare_tensors
+from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
 
 _WHERE = "kernels.triton.moe_grouped"
 
@@ -52,6 +52,10 @@ def _grouped_experts_kernel(
         W_SAT: tl.constexpr,
         DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
+    tl.static_assert((BLOCK_M & (BLOCK_M - 1)) == 0, "BLOCK_M must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_N & (BLOCK_N - 1)) == 0, "BLOCK_N must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
     e = tl.load(tile_expert_ptr + tile)
@@ -64,11 +68,11 @@ def _grouped_experts_kernel(
         s_e = w_scale_ptr + e.to(tl.int64) * stride_se
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for kk in range(tl.cdiv(K, BLOCK_K)):
-            a = _act_tile(x_e, stride_x, s_ptr, m, K, pid_m, kk, IN_KIND, ACT_MODE, A_MBITS,
-                          A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
-                          A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
-            w = _weight_tile(d_e, s_e, stride_dn, stride_sn, N, K, pid_n, kk, W_MBITS, W_BIAS,
-                             W_BITS, W_IS_INT, W_SPECIALS, W_PACK, W_SAT, BLOCK_N, BLOCK_K)
+            a = act_tile(x_e, stride_x, s_ptr, m, K, pid_m, kk, IN_KIND, ACT_MODE, A_MBITS,
+                         A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
+                         A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
+            w = weight_tile(d_e, s_e, stride_dn, stride_sn, N, K, pid_n, kk, W_MBITS, W_BIAS,
+                            W_BITS, W_IS_INT, W_SPECIALS, W_PACK, W_SAT, BLOCK_N, BLOCK_K)
             if DOT_KIND == 0:
                 acc = tl.dot(a.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
             else:
@@ -80,8 +84,8 @@ def _grouped_experts_kernel(
         acc = acc * rw[:, None]  # the same fp32 multiply as the reference's w_k * y_k
         dest = tl.load(dest_ptr + start + rows, mask=row_ok, other=0)  # row t * top_k + k
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        _store_fp32(out_ptr + dest.to(tl.int64)[:, None] * stride_o + cols[None, :], acc,
-                    row_ok[:, None] & (cols < N)[None, :], 0, HW_CAST)
+        store_fp32(out_ptr + dest.to(tl.int64)[:, None] * stride_o + cols[None, :], acc,
+                   row_ok[:, None] & (cols < N)[None, :], 0, HW_CAST)
 
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) by the mean rows per expert: "small" (decode,
@@ -106,7 +110,7 @@ def kernel_constexprs(weight: MXTensor, activation: QuantKey | None,
         activation_qdq(activation)  # UnknownActivationKey before anything else
     prepared = PreparedWeight(weight, SchemeContract(weight=QuantKey.mx(
         weight.fmt, rounding=weight.rounding, static=True), activation=activation), act_scale)
-    return _prepare_tensors(prepared)
+    return prepare_tensors(prepared)
 
 
 def _tile_table(expert_of_row: Tensor, num_experts: int, block_m: int, slots: int):
@@ -159,7 +163,7 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
 
     # only the constexprs this kernel declares (the linear set-up may carry more of its own)
     consts = {name: cached["consts"][name] for name in _SHARED_CONSTEXPRS}
-    dot_kind, precision = _dot_choice(x.dtype, consts["ACT_MODE"])
+    dot_kind, precision = dot_choice(x.dtype, consts["ACT_MODE"])
     tiles = INTERPRETER_TILES if mx_quant._INTERPRETED else GPU_TILES
     size = "small" if rows <= SMALL_ROWS * num_experts else "large"  # mean rows per expert
     bm, bn, bk, warps, stages = tiles[size]
@@ -175,7 +179,7 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
 
     def run(cfg: fit.TileConfig) -> None:
         _grouped_experts_kernel[(slots, triton.cdiv(n, cfg.bn))](
-            mx_quant._bits_view(x_sorted), data, scales, scale if scale is not None else scales,
+            mx_quant.bits_view(x_sorted), data, scales, scale if scale is not None else scales,
             rw_sorted.view(torch.int32), dest, weighted.view(torch.int32),
             tile_expert, tile_m, start, count, n, k, num_experts,
             x_sorted.stride(0), data.stride(0), data.stride(1), scales.stride(0),

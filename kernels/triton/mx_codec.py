@@ -1,9 +1,12 @@
-"""@triton.jit building blocks of MX quantization: shared exponent, element encode / decode.
+"""The shared @triton.jit device helpers of every Triton kernel here, under public names: shared
+exponent, element encode / decode, loads / stores, and the tiles built from them (`tile_scaled`,
+`load_codes`, the linear kernels' `act_tile` / `weight_tile`).
 
-Why a module of its own: the quantize / dequantize / QDQ kernels (mx_quant.py) and later fused
-linear kernels (weight dequant + activation QDQ + matmul) must round exactly alike, so the bit
-rules of DESIGN.md §3 live here once. Format facts arrive as tl.constexpr values made by
-`format_constexprs(fmt)`; the scale rounding as the int constexpr `ROUNDING` (`ROUNDING_CODE`).
+Why a module of its own: the quantize / dequantize / QDQ kernels (mx_quant.py) and the fused
+linear / MoE kernels (weight dequant + activation QDQ + matmul) must round exactly alike, so the
+bit rules of docs/numerics.md ("Shared exponent", "Elements", "Saturation on the way back") live
+here once; kernel modules import these helpers and keep private only what they alone use.
+Format facts arrive as tl.constexpr values made by `format_constexprs(fmt)`; the scale rounding as the int constexpr `ROUNDING` (`ROUNDING_CODE`).
 
 Bit-exactness rules kept by every helper (the same on the CPU interpreter and a GPU):
 - exponents come from fp32 bit patterns, never from log2;
@@ -63,23 +66,23 @@ def _format_facts(fmt: ElemFormat) -> tuple[tuple[str, object], ...]:
 
 
 @triton.jit
-def _nan_like(t):
+def nan_like(t):
     """fp32 quiet NaN (0x7FC00000) in the shape of the int32 tensor `t`."""
     return (tl.zeros_like(t) + 0x7FC00000).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _pow2(e):
+def pow2(e):
     """fp32 2**e for int32 e in [-127, 127], built from bits (2**-127 is an fp32 subnormal)."""
     bits = tl.where(e > -127, (e + 127) << 23, 0x00400000)
     return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _e8m0_value(byte):
+def e8m0_value(byte):
     """fp32 2**(byte - 127) of E8M0 scale bytes (int32 tensor); 0xFF -> NaN (the spec's NaN
     scale: its whole block decodes to NaN)."""
-    return tl.where(byte == 255, _nan_like(byte), _pow2(tl.minimum(byte, 254) - 127))
+    return tl.where(byte == 255, nan_like(byte), pow2(tl.minimum(byte, 254) - 127))
 
 
 @triton.jit
@@ -131,8 +134,8 @@ def _round_magnitude(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.
 
 
 @triton.jit
-def _encode(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
-            BITS: tl.constexpr, IS_INT: tl.constexpr, SATURATE: tl.constexpr = True):
+def encode(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
+           BITS: tl.constexpr, IS_INT: tl.constexpr, SATURATE: tl.constexpr = True):
     """Element codes (int32 in [0, 2**BITS)) of v = x * 2**-E (fp32): round to nearest even,
     saturate at +-max normal, keep subnormals; the sign of v (also of -0.0) is kept.
     mxint8: two's complement byte of clamp(rne(v * 64), -127, 127).
@@ -151,9 +154,9 @@ def _encode(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr
 
 
 @triton.jit
-def _round_value(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
-                 IS_INT: tl.constexpr, SATURATE: tl.constexpr = True):
-    """The value of _encode(v)'s code (fp32, sign kept): QDQ without materialising codes."""
+def round_value(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
+                IS_INT: tl.constexpr, SATURATE: tl.constexpr = True):
+    """The value of encode(v)'s code (fp32, sign kept): QDQ without materialising codes."""
     if IS_INT:
         r = ((_int8_clamped(v) + 12582912.0) - 12582912.0) * 0.015625
     else:
@@ -164,8 +167,8 @@ def _round_value(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.cons
 
 
 @triton.jit
-def _decode(codes, MBITS: tl.constexpr, BIAS: tl.constexpr, BITS: tl.constexpr,
-            IS_INT: tl.constexpr, SPECIALS: tl.constexpr):
+def decode(codes, MBITS: tl.constexpr, BIAS: tl.constexpr, BITS: tl.constexpr,
+           IS_INT: tl.constexpr, SPECIALS: tl.constexpr):
     """fp32 value of element codes (int32, only the low BITS bits are read), per the spec:
     E4M3 S.1111.111 -> NaN; E5M2 exponent 31 -> +-Inf / NaN; mxint8 -128 decodes to -2."""
     if IS_INT:
@@ -182,7 +185,7 @@ def _decode(codes, MBITS: tl.constexpr, BIAS: tl.constexpr, BITS: tl.constexpr,
         val = bits.to(tl.float32, bitcast=True) * (2.0 ** (127 - BIAS))
         if SPECIALS == 1:  # E4M3: S.1111.111 is NaN
             all_ones: tl.constexpr = (1 << (BITS - 1)) - 1
-            val = tl.where((codes & all_ones) == all_ones, _nan_like(codes), val)
+            val = tl.where((codes & all_ones) == all_ones, nan_like(codes), val)
         if SPECIALS == 2:  # E5M2: exponent 31 is Inf (mantissa 0) or NaN; fp32's likewise
             top: tl.constexpr = ((1 << EBITS) - 1) << MBITS
             special = (bits | 0x7F800000).to(tl.float32, bitcast=True)
@@ -191,7 +194,7 @@ def _decode(codes, MBITS: tl.constexpr, BIAS: tl.constexpr, BITS: tl.constexpr,
 
 
 @triton.jit
-def _fp32_to_bf16_bits(f):
+def fp32_to_bf16_bits(f):
     """int16 bits of bf16(f), round to nearest even (integer arithmetic: the interpreter's
     float cast truncates). A NaN stays NaN when a payload bit sits in its top 7 mantissa bits,
     as in every NaN these kernels make (quiet NaNs, E5M2 NaN codes)."""
@@ -200,7 +203,7 @@ def _fp32_to_bf16_bits(f):
 
 
 @triton.jit
-def _saturate(f, OUT_KIND: tl.constexpr):
+def saturate(f, OUT_KIND: tl.constexpr):
     """fp32 `f` with every |f| above the output dtype's finite max (+-Inf included) replaced by
     +-max, sign kept, NaN kept: the QDQ / dequantize result must not turn a finite input into
     Inf in the cast (as reference.mx.saturate). Integer compares only, so no float constant or
@@ -219,20 +222,20 @@ def _saturate(f, OUT_KIND: tl.constexpr):
 
 
 @triton.jit
-def _scaled_saturated(elem, scale, OUT_KIND: tl.constexpr, SPECIALS: tl.constexpr):
+def scaled_saturated(elem, scale, OUT_KIND: tl.constexpr, SPECIALS: tl.constexpr):
     """Dequantized values: element values `elem` times block scales `scale` (fp32, broadcast),
-    saturated to OUT_KIND's finite max (_saturate), except that an E5M2 Inf code stays Inf."""
+    saturated to OUT_KIND's finite max (saturate), except that an E5M2 Inf code stays Inf."""
     val = elem * scale  # a NaN scale (0xFF): the whole block NaN
     if SPECIALS == 2:
         inf_code = (elem.to(tl.int32, bitcast=True) & 0x7FFFFFFF) == 0x7F800000
-        val = tl.where(inf_code, val, _saturate(val, OUT_KIND))
+        val = tl.where(inf_code, val, saturate(val, OUT_KIND))
     else:
-        val = _saturate(val, OUT_KIND)
+        val = saturate(val, OUT_KIND)
     return val
 
 
 @triton.jit
-def _load_fp32(ptrs, mask, IN_KIND: tl.constexpr):
+def load_fp32(ptrs, mask, IN_KIND: tl.constexpr):
     """Load a tile as fp32. fp32 / bf16 tensors arrive as int32 / int16 views (exact bits)."""
     if IN_KIND == 0:
         x = tl.load(ptrs, mask=mask, other=0).to(tl.float32, bitcast=True)
@@ -245,7 +248,7 @@ def _load_fp32(ptrs, mask, IN_KIND: tl.constexpr):
 
 
 @triton.jit
-def _store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr, HW_CAST: tl.constexpr = False):
+def store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr, HW_CAST: tl.constexpr = False):
     """Store fp32 `f` as the output dtype (RNE): fp32 / bf16 outputs are int32 / int16 views.
     HW_CAST: bf16 by the hardware's RNE convert (GPU), else by integer arithmetic (the CPU
     interpreter's cast truncates)."""
@@ -255,6 +258,130 @@ def _store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr, HW_CAST: tl.constexpr = F
         if HW_CAST:
             tl.store(ptrs, f.to(tl.bfloat16).to(tl.int16, bitcast=True), mask=mask)
         else:
-            tl.store(ptrs, _fp32_to_bf16_bits(f), mask=mask)
+            tl.store(ptrs, fp32_to_bf16_bits(f), mask=mask)
     else:
         tl.store(ptrs, f.to(tl.float16), mask=mask)
+
+
+@triton.jit
+def tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
+                BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr, MBITS: tl.constexpr,
+                EMAX: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
+                ROUNDING: tl.constexpr):
+    """Load a tile; return (x * 2**-E as [BLOCK_R, NB, 32] fp32, E [BLOCK_R, NB], non-finite
+    block flags [BLOCK_R, NB], row indices)."""
+    NB: tl.constexpr = BLOCK_K // 32
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows < R)[:, None] & (cols < K)[None, :]
+    ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :]
+    x = tl.reshape(load_fp32(ptrs, mask, IN_KIND), [BLOCK_R, NB, 32])
+    # max |x| as bits: the sign shifted out, an unsigned max (NaN bits sort above Inf's)
+    twice = (x.to(tl.int32, bitcast=True) << 1).to(tl.uint32, bitcast=True)
+    amax_bits = (tl.max(twice, axis=2) >> 1).to(tl.int32, bitcast=True)
+    bad = amax_bits >= 0x7F800000  # a NaN or an Inf in the block
+    e = _shared_exponent(amax_bits, EMAX, MBITS, MAXN_MANT, MAXN_SUB, ROUNDING)
+    e = tl.where(bad, 0, e)  # keeps NaN / Inf blocks' (discarded) arithmetic overflow-free
+    v = x * pow2(-e)[:, :, None]
+    return v, e, bad, rows
+
+
+@triton.jit
+def _join4(a0, a1, a2, a3, BLOCK_R: tl.constexpr, N: tl.constexpr):
+    """Inverse of mx_quant's _split4: four [BLOCK_R, N] -> [BLOCK_R, 4N] interleaved."""
+    return tl.reshape(tl.join(tl.join(a0, a2), tl.join(a1, a3)), [BLOCK_R, 4 * N])
+
+
+@triton.jit
+def load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK: tl.constexpr,
+               BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Element codes [BLOCK_R, BLOCK_K] (int32) of a tile, unpacked per the layout."""
+    row_ok = (rows < R)[:, None]
+    d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
+    if PACK == 0:
+        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
+        codes = codes.to(tl.int32)  # bits above the code width: ignored by decode
+    elif PACK == 1:
+        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        b = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K // 2)[None, :], other=0)
+        b = b.to(tl.int32)
+        codes = tl.reshape(tl.join(b & 0xF, b >> 4), [BLOCK_R, BLOCK_K])
+    else:
+        q = pid_k * (BLOCK_K // 16) + tl.arange(0, BLOCK_K // 16)
+        m = row_ok & (q < K // 16)[None, :]
+        p = d_row + 3 * q[None, :]
+        x0 = tl.load(p, mask=m, other=0)
+        x1 = tl.load(p + 1, mask=m, other=0)
+        x2 = tl.load(p + 2, mask=m, other=0)
+        w = _join4(x0 & 0xFFFFFF, ((x0 >> 24) & 0xFF) | ((x1 & 0xFFFF) << 8),
+                   ((x1 >> 16) & 0xFFFF) | ((x2 & 0xFF) << 16), (x2 >> 8) & 0xFFFFFF,
+                   BLOCK_R, BLOCK_K // 16)
+        codes = _join4(w & 0x3F, (w >> 6) & 0x3F, (w >> 12) & 0x3F, (w >> 18) & 0x3F,
+                       BLOCK_R, BLOCK_K // 4)
+    return codes
+
+
+@triton.jit
+def act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND: tl.constexpr,
+             ACT_MODE: tl.constexpr, A_MBITS: tl.constexpr, A_BIAS: tl.constexpr,
+             A_EMAX: tl.constexpr, A_MAX_NORMAL: tl.constexpr, A_MAXN_MANT: tl.constexpr,
+             A_MAXN_SUB: tl.constexpr, A_IS_INT: tl.constexpr, A_ROUNDING: tl.constexpr,
+             HW_CAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The activation tile [BLOCK_M, BLOCK_K] after the contract's QDQ, as fp32 values that
+    x's dtype holds exactly (the dispatcher's output, bit for bit). Masked-off entries are 0."""
+    if ACT_MODE == 1:  # dynamic MX: the same steps as mx_quant's fused QDQ kernel
+        v, e, bad, rows = tile_scaled(x_ptr, stride_x, M, K, pid_m, kk, BLOCK_M, BLOCK_K,
+                                      IN_KIND, A_MBITS, A_EMAX, A_MAXN_MANT, A_MAXN_SUB,
+                                      A_ROUNDING)
+        # rceil scales keep |v| <= max normal: no clamp needed (as mx_quant's QDQ kernel)
+        val = round_value(v, A_MBITS, A_BIAS, A_MAX_NORMAL, A_IS_INT, SATURATE=A_ROUNDING != 2)
+        val = val * tl.where(bad, nan_like(e), pow2(e))[:, :, None]  # NaN / Inf blocks: NaN
+        x = tl.reshape(val, [BLOCK_M, BLOCK_K])
+    else:
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = kk * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask = (rows < M)[:, None] & (cols < K)[None, :]
+        x = load_fp32(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :], mask,
+                      IN_KIND)
+        if ACT_MODE == 2:  # static fp8 E4M3: clamp(x / s, +-448) -> RNE -> * s
+            s = tl.load(s_ptr)
+            y = tl.div_rn(x, s)  # a true (IEEE) division, as torch's x.float() / scale
+            # round_value saturates at +-448 (Inf too) and rounds to the E4M3 grid; a NaN
+            # must stay NaN (the min inside it would drop it on a GPU).
+            q = round_value(y, A_MBITS, A_BIAS, A_MAX_NORMAL, A_IS_INT)
+            x = tl.where(x != x, x, q * s)
+    if ACT_MODE != 0:  # the QDQ result is saturated and cast to x's dtype (RNE), as the
+        x = saturate(x, IN_KIND)  # dispatcher does: a finite input never becomes Inf
+        if IN_KIND == 1:  # HW_CAST: the GPU's RNE convert; the interpreter's cast truncates
+            if HW_CAST:
+                x = x.to(tl.bfloat16).to(tl.float32)
+            else:
+                x = (fp32_to_bf16_bits(x).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        elif IN_KIND == 2:
+            x = x.to(tl.float16).to(tl.float32)
+    return x
+
+
+@triton.jit
+def weight_tile(data_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk,
+                W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
+                W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
+                W_SAT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The dequantized weight tile [BLOCK_N, BLOCK_K] in fp32: code value * 2**E (exact);
+    a scale byte 0xFF makes its block NaN. Masked-off entries are 0. W_SAT (a weight whose
+    largest block can pass fp32's max, `weight_may_overflow`): saturated to +-fp32 max like
+    mx_dequantize's reference (an E5M2 Inf code stays Inf)."""
+    NB: tl.constexpr = BLOCK_K // 32
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    codes = load_codes(data_ptr, stride_d, rows, kk, N, K, W_BITS, W_PACK, BLOCK_N, BLOCK_K)
+    blk = kk * NB + tl.arange(0, NB)
+    sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
+                    mask=(rows < N)[:, None] & (blk < K // 32)[None, :], other=0).to(tl.int32)
+    val = decode(tl.reshape(codes, [BLOCK_N, NB, 32]), W_MBITS, W_BIAS, W_BITS, W_IS_INT,
+                 W_SPECIALS)
+    if W_SAT:
+        val = scaled_saturated(val, e8m0_value(sbyte)[:, :, None], 0, W_SPECIALS)
+    else:
+        val = val * e8m0_value(sbyte)[:, :, None]  # a NaN scale (0xFF): the whole block NaN
+    return tl.reshape(val, [BLOCK_N, BLOCK_K])

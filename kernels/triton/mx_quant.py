@@ -1,5 +1,5 @@
 """Triton MX quantize / dequantize / fused QDQ for every element format, bit-exact with
-kernels.reference.mx (DESIGN.md §3).
+kernels.reference.mx (docs/numerics.md).
 
 Each program owns a [BLOCK_R, BLOCK_K] tile of a row-major [R, K] tensor: one coalesced load,
 the 32-element block max from the fp32 bits (a NaN / Inf anywhere makes the block's scale byte
@@ -11,9 +11,9 @@ adds (codec helpers in mx_codec.py), then packing per kernels.spec.formats' layo
 On a GPU one measured tile serves every format (GPU_TILE); under TRITON_INTERPRET=1 one small
 fixed tile keeps the CPU tests fast.
 
-Device helpers reused by the fused linear kernels (keep their signatures): _tile_scaled (load a
-tile, shared exponents, x * 2**-E) and _load_codes (a tile's codes unpacked from any layout);
-the element helpers live in mx_codec.
+The device helpers these kernels share with the fused linear kernels (tile_scaled: load a tile,
+shared exponents, x * 2**-E; load_codes: a tile's codes unpacked from any layout; the element
+helpers) live in mx_codec; the host-side `bits_view` and `pack_code` are public here.
 """
 from __future__ import annotations
 
@@ -24,35 +24,11 @@ import triton.language as tl
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
 from kernels.triton.mx_codec import (
-    KIND_OF_DTYPE, ROUNDING_CODE, _decode, _e8m0_value, _encode, _load_fp32, _nan_like,
-    _pow2, _round_value, _saturate, _scaled_saturated, _shared_exponent, _store_fp32,
-    format_constexprs,
+    KIND_OF_DTYPE, ROUNDING_CODE, decode, e8m0_value, encode, format_constexprs, load_codes,
+    nan_like, pow2, round_value, saturate, scaled_saturated, store_fp32, tile_scaled,
 )
 
 _WHERE = "kernels.triton.mx_quant"
-
-
-@triton.jit
-def _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
-                 BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr, MBITS: tl.constexpr,
-                 EMAX: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
-                 ROUNDING: tl.constexpr):
-    """Load a tile; return (x * 2**-E as [BLOCK_R, NB, 32] fp32, E [BLOCK_R, NB], non-finite
-    block flags [BLOCK_R, NB], row indices)."""
-    NB: tl.constexpr = BLOCK_K // 32
-    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask = (rows < R)[:, None] & (cols < K)[None, :]
-    ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :]
-    x = tl.reshape(_load_fp32(ptrs, mask, IN_KIND), [BLOCK_R, NB, 32])
-    # max |x| as bits: the sign shifted out, an unsigned max (NaN bits sort above Inf's)
-    twice = (x.to(tl.int32, bitcast=True) << 1).to(tl.uint32, bitcast=True)
-    amax_bits = (tl.max(twice, axis=2) >> 1).to(tl.int32, bitcast=True)
-    bad = amax_bits >= 0x7F800000  # a NaN or an Inf in the block
-    e = _shared_exponent(amax_bits, EMAX, MBITS, MAXN_MANT, MAXN_SUB, ROUNDING)
-    e = tl.where(bad, 0, e)  # keeps NaN / Inf blocks' (discarded) arithmetic overflow-free
-    v = x * _pow2(-e)[:, :, None]
-    return v, e, bad, rows
 
 
 @triton.jit
@@ -62,12 +38,15 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      MAXN_SUB: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                      SPECIALS: tl.constexpr, ROUNDING: tl.constexpr, PACK: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
+    tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     NB: tl.constexpr = BLOCK_K // 32
-    v, e, bad, rows = _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
-                                   IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-    codes = _encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
+    v, e, bad, rows = tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
+                                  IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
     codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
     row_ok = (rows < R)[:, None]
     d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
@@ -104,45 +83,9 @@ def _split4(t, BLOCK_R: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
-def _join4(a0, a1, a2, a3, BLOCK_R: tl.constexpr, N: tl.constexpr):
-    """Inverse of _split4: four [BLOCK_R, N] -> [BLOCK_R, 4N] interleaved."""
-    return tl.reshape(tl.join(tl.join(a0, a2), tl.join(a1, a3)), [BLOCK_R, 4 * N])
-
-
-@triton.jit
 def _pack4(t, SHIFT: tl.constexpr, BLOCK_R: tl.constexpr, N: tl.constexpr):
     a0, a1, a2, a3 = _split4(t, BLOCK_R, N)
     return a0 | (a1 << SHIFT) | (a2 << (2 * SHIFT)) | (a3 << (3 * SHIFT))
-
-
-@triton.jit
-def _load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK: tl.constexpr,
-                BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Element codes [BLOCK_R, BLOCK_K] (int32) of a tile, unpacked per the layout."""
-    row_ok = (rows < R)[:, None]
-    d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
-    if PACK == 0:
-        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-        codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
-        codes = codes.to(tl.int32)  # bits above the code width: ignored by _decode
-    elif PACK == 1:
-        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
-        b = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K // 2)[None, :], other=0)
-        b = b.to(tl.int32)
-        codes = tl.reshape(tl.join(b & 0xF, b >> 4), [BLOCK_R, BLOCK_K])
-    else:
-        q = pid_k * (BLOCK_K // 16) + tl.arange(0, BLOCK_K // 16)
-        m = row_ok & (q < K // 16)[None, :]
-        p = d_row + 3 * q[None, :]
-        x0 = tl.load(p, mask=m, other=0)
-        x1 = tl.load(p + 1, mask=m, other=0)
-        x2 = tl.load(p + 2, mask=m, other=0)
-        w = _join4(x0 & 0xFFFFFF, ((x0 >> 24) & 0xFF) | ((x1 & 0xFFFF) << 8),
-                   ((x1 >> 16) & 0xFFFF) | ((x2 & 0xFF) << 16), (x2 >> 8) & 0xFFFFFF,
-                   BLOCK_R, BLOCK_K // 16)
-        codes = _join4(w & 0x3F, (w >> 6) & 0x3F, (w >> 12) & 0x3F, (w >> 18) & 0x3F,
-                       BLOCK_R, BLOCK_K // 4)
-    return codes
 
 
 @triton.jit
@@ -151,22 +94,25 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                        BIAS: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                        SPECIALS: tl.constexpr, PACK: tl.constexpr, HW_CAST: tl.constexpr,
                        BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
+    tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     NB: tl.constexpr = BLOCK_K // 32
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = (rows < R)[:, None]
-    codes = _load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K)
+    codes = load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K)
     blk = pid_k * NB + tl.arange(0, NB)
     sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
                     mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
-    elem = _decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
+    elem = decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
     # a NaN scale (0xFF): the whole block NaN; beyond the dtype's max: +-max (Inf codes stay)
-    val = _scaled_saturated(elem, _e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
+    val = scaled_saturated(elem, e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
-                tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
-                HW_CAST)
+    store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
+               tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
+               HW_CAST)
 
 
 @triton.jit
@@ -176,17 +122,20 @@ def _qdq_kernel(x_ptr, out_ptr, R, K, stride_x, stride_o, IN_KIND: tl.constexpr,
                 BITS: tl.constexpr, IS_INT: tl.constexpr, SPECIALS: tl.constexpr,
                 ROUNDING: tl.constexpr, HW_CAST: tl.constexpr, BLOCK_R: tl.constexpr,
                 BLOCK_K: tl.constexpr):
+    tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
+    tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
-    v, e, bad, rows = _tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
-                                   IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-    val = _round_value(v, MBITS, BIAS, MAX_NORMAL, IS_INT, SATURATE=ROUNDING != 2)
-    val = val * tl.where(bad, _nan_like(e), _pow2(e))[:, :, None]  # NaN / Inf blocks -> NaN
-    val = _saturate(val, IN_KIND)  # a rounded-up scale may pass the dtype's max: no Inf
+    v, e, bad, rows = tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
+                                  IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    val = round_value(v, MBITS, BIAS, MAX_NORMAL, IS_INT, SATURATE=ROUNDING != 2)
+    val = val * tl.where(bad, nan_like(e), pow2(e))[:, :, None]  # NaN / Inf blocks -> NaN
+    val = saturate(val, IN_KIND)  # a rounded-up scale may pass the dtype's max: no Inf
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    _store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
-                tl.reshape(val, [BLOCK_R, BLOCK_K]), (rows < R)[:, None] & (cols < K)[None, :],
-                OUT_KIND=IN_KIND, HW_CAST=HW_CAST)
+    store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
+               tl.reshape(val, [BLOCK_R, BLOCK_K]), (rows < R)[:, None] & (cols < K)[None, :],
+               OUT_KIND=IN_KIND, HW_CAST=HW_CAST)
 
 
 # ----------------------------------------------------------------------------- launch set-up
@@ -251,7 +200,7 @@ def _check_input(x2d: object, fn: str) -> torch.Tensor:
     return x
 
 
-def _bits_view(t: torch.Tensor) -> torch.Tensor:
+def bits_view(t: torch.Tensor) -> torch.Tensor:
     """fp32 / bf16 tensors go to the kernels as int32 / int16 views (exact bit handling)."""
     if t.dtype == torch.float32:
         return t.view(torch.int32)
@@ -260,7 +209,7 @@ def _bits_view(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _pack_code(fmt: ElemFormat, layout: str) -> int:
+def pack_code(fmt: ElemFormat, layout: str) -> int:
     if layout == "unpacked" or fmt.bits == 8:
         return 0
     return 1 if fmt.bits == 4 else 2
@@ -275,7 +224,7 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     layout = resolve_layout(fmt, layout)
     rnd = ROUNDING_CODE[check_rounding(rounding)]
     r, k = x.shape
-    pack = _pack_code(fmt, layout)
+    pack = pack_code(fmt, layout)
     scales = torch.empty((r, k // BLOCK), dtype=torch.uint8, device=x.device)
     if pack == 2:  # written as int32 words, returned as their little-endian bytes
         words = torch.empty((r, 3 * k // 16), dtype=torch.int32, device=x.device)
@@ -286,7 +235,7 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     if r and k:
         consts = format_constexprs(fmt)
         consts.update(IN_KIND=KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, PACK=pack)
-        _launch(_quantize_kernel, (_bits_view(x), words, scales), r, k,
+        _launch(_quantize_kernel, (bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales
 
@@ -314,7 +263,7 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
     if scales.device != data.device:
         raise ValueError(f"{_WHERE}.dequantize: data is on {data.device} but scales on "
                          f"{scales.device}; move both to one device")
-    pack = _pack_code(fmt, layout)
+    pack = pack_code(fmt, layout)
     if pack == 2:
         try:
             data = data.view(torch.int32)
@@ -326,7 +275,7 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
         for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
             consts.pop(name)
         consts.update(OUT_KIND=KIND_OF_DTYPE[out_dtype], PACK=pack, HW_CAST=not _INTERPRETED)
-        _launch(_dequantize_kernel, (data, scales, _bits_view(out)), r, k,
+        _launch(_dequantize_kernel, (data, scales, bits_view(out)), r, k,
                 (data.stride(0), scales.stride(0), out.stride(0)), consts)
     return out
 
@@ -342,6 +291,6 @@ def qdq(x2d: torch.Tensor, fmt: ElemFormat, rounding: str) -> torch.Tensor:
     if r and k:
         consts = format_constexprs(fmt)
         consts.update(IN_KIND=KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, HW_CAST=not _INTERPRETED)
-        _launch(_qdq_kernel, (_bits_view(x), _bits_view(out)), r, k,
+        _launch(_qdq_kernel, (bits_view(x), bits_view(out)), r, k,
                 (x.stride(0), out.stride(0)), consts)
     return out

@@ -262,13 +262,13 @@ def test_fresh_prepared_weight_cache_filled_by_many_threads_at_once(interpreter_
     reference = load_kernel("reference-emulation")
     twin = reference.prepare(w, scheme.contract)
     want = fused_linear(xs[0], twin, b, strategy="decode", config=config)
-    real = linear_emulation._prepare_tensors
+    real = linear_emulation.prepare_tensors
 
     def slow(prepared: PreparedWeight) -> dict:
         time.sleep(0.02)
         return real(prepared)
 
-    monkeypatch.setattr(linear_emulation, "_prepare_tensors", slow)
+    monkeypatch.setattr(linear_emulation, "prepare_tensors", slow)
     for _ in range(3):
         prepared = reference.prepare(w, scheme.contract)
         assert not prepared.cache

@@ -245,14 +245,14 @@ def test_a_triton_kernel_that_skips_qdq_is_caught(scheme, monkeypatch) -> None:
     x = torch.randn(5, K, generator=gen).to(DEVICE)
     w = (torch.randn(2, 16, K, generator=gen) * 0.1).to(DEVICE)
     ids, weights = random_routing(5, 2, 1, gen)
-    real = moe_grouped._prepare_tensors
+    real = moe_grouped.prepare_tensors
 
     def skipping(prepared):
         out = real(prepared)
         out["consts"]["ACT_MODE"] = 0  # ACT_NONE
         return out
 
-    monkeypatch.setattr(moe_grouped, "_prepare_tensors", skipping)
+    monkeypatch.setattr(moe_grouped, "prepare_tensors", skipping)
     layer = make_layer(scheme, w, "triton", x, gen)
     with pytest.raises(AssertionError):
         check_qdq_applied(layer, x, ids, weights, per_token_oracle(layer, x, ids, weights))

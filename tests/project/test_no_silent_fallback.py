@@ -197,7 +197,7 @@ ALLOWED = {
     ("kernels/select/kernel_table.py", "_load"): REPORTED + ": the plugin's one-line problem",
     ("kernels/select/kernel_table.py", "_origin"):
         "an unreadable entry_points.txt has no line number",
-    ("kernels/triton/linear_tiles.py", "_prepare_tensors"):
+    ("kernels/triton/linear_tiles.py", "prepare_tensors"):
         "an unaligned fp6 buffer is copied dense: same bytes, same kernel",
     ("kernels/triton/mx_quant.py", "dequantize"):
         "an unaligned fp6 buffer is copied dense: same bytes, same kernel",

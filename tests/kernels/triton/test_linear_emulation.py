@@ -410,11 +410,11 @@ def test_compiled_dot_operands_are_exact(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(lt, "_INTERPRETED", False)
     monkeypatch.setattr(lt, "_fp32_dot_precision_for_fp16", lambda: "tf32")
     for dtype in DTYPES:
-        assert le._dot_choice(dtype, le.ACT_MX)[0] == le.DOT_BF16
+        assert le.dot_choice(dtype, le.ACT_MX)[0] == le.DOT_BF16
         for mode in (le.ACT_NONE, le.ACT_FP8_STATIC):
             want = {torch.bfloat16: (le.DOT_BF16, "ieee"), torch.float16: (le.DOT_FP32, "tf32"),
                     torch.float32: (le.DOT_FP32, "ieee")}[dtype]
-            assert le._dot_choice(dtype, mode) == want
+            assert le.dot_choice(dtype, mode) == want
 
 
 def test_prepare_caches_once_and_foreign_prepared_weights_work() -> None:
