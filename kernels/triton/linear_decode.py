@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from kernels.triton import launcher
 from kernels.triton.fit import launch_fitting, smaller_configs
 from kernels.triton.mx_codec import act_tile, e8m0_value, nan_like, pow2, store_fp32, weight_tile
 from kernels.triton.mx_quant import bits_view
@@ -269,17 +270,18 @@ def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, 
     if split > 1:
         target = torch.empty((split, m, n), dtype=torch.float32, device=x2d.device)
     grid = (triton.cdiv(n, config.block_n), split)
-    _decode_linear_kernel[grid](
-        bits_view(x2d), data, scales, scale if scale is not None else scales,
-        bias if bias is not None else scales, target, m, n, k, per_split,
-        x2d.stride(0), data.stride(0), scales.stride(0), target.stride(-2),
-        target.stride(0) if split > 1 else 0,
-        IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
-        DOT_PRECISION=precision, HW_CAST=hw_cast, USE_DOT=use_dot, SPLIT=split,
-        W_SPLIT=w_split, ACC2D=config.acc2d and not use_dot, FP4_FAST=fp4_fast,
-        FAST_SCALE=bool(packed_fp4 and fast_scale),
-        BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-        num_warps=config.warps, num_stages=config.stages, **consts)
+    head = (bits_view(x2d), data, scales, scale if scale is not None else scales,
+            bias if bias is not None else scales, target, m, n, k, per_split,
+            x2d.stride(0), data.stride(0), scales.stride(0), target.stride(-2),
+            target.stride(0) if split > 1 else 0)
+    named = dict(IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None,
+                 DOT_KIND=dot_kind, DOT_PRECISION=precision, HW_CAST=hw_cast, USE_DOT=use_dot,
+                 SPLIT=split, W_SPLIT=w_split, ACC2D=config.acc2d and not use_dot,
+                 FP4_FAST=fp4_fast, FAST_SCALE=bool(packed_fp4 and fast_scale),
+                 BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, **consts)
+    args = head + tuple(named[name] for name in _decode_linear_kernel.arg_names[len(head):])
+    launcher.launch_auto(_decode_linear_kernel, grid, args, num_warps=config.warps,
+                         num_stages=config.stages)
     if split > 1:
         total = target.sum(dim=0)  # a fixed-order reduction: deterministic
         if bias is not None:

@@ -17,6 +17,9 @@ dispatcher's activation QDQ bit for bit, the weight decoded exactly, fp32 accumu
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable, Optional
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -28,7 +31,7 @@ from kernels.dispatch import activation_qdq
 from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
-from kernels.triton import fit, linear_decode, mx_quant
+from kernels.triton import fit, launcher, linear_configs, linear_decode, linear_mma, mx_quant
 from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
 from kernels.triton.linear_tiles import (  # noqa: F401  (ACT_* / DOT_*: part of this module's API)
     ACT_FP8_STATIC, ACT_MX, ACT_NONE, DOT_BF16, DOT_FP32, dot_choice, prepare_tensors,
@@ -76,12 +79,11 @@ def _emulated_linear_kernel(
 
 # ----------------------------------------------------------------------------- launch set-up
 _INTERPRETED = mx_quant._INTERPRETED
-DECODE_MAX_M = 16  # M <= this: the decode strategy by default
 DECODE_LIMIT_M = 64  # the most rows the decode kernel takes (forced: tools/tune_linear.py)
-# M >= this (bf16 on a GPU, past the decode range): dequantize + cuBLAS. On the H200 it beat the
-# tiled kernel from M = 16 up (e.g. 90 vs 127 us at M = 128, 0.80 vs 2.3 ms at M = 4096).
-DEQUANT_GEMM_MIN_M = DECODE_MAX_M + 1
-STRATEGIES = ("decode", "tiled", "dequant-gemm")
+# M <= this: the weight read bounds the time, whatever kernel (linear_fp8_mma hands such calls
+# to this kernel's small-M strategies)
+DECODE_MAX_M = 16
+STRATEGIES = ("mma", "decode", "tiled", "dequant-gemm")
 # Tiled kernel (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); BLOCK_K a multiple of 64 keeps
 # fp4 bytes and fp6 words whole. H200 measurements: docs/benchmarks.md.
 GPU_TILE = (64, 128, 64, 4, 3)
@@ -92,14 +94,61 @@ _CACHE_KEY = "triton_emulation"
 
 
 def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Tensor | None,
-                 on_gpu: bool, weight_bits: int = 8) -> str:
-    """Which of STRATEGIES runs M activation rows (all three give the same numerics)."""
-    if m <= DECODE_MAX_M or (on_gpu and m <= linear_decode.decode_max_m(weight_bits)):
-        return "decode"
-    if (m >= DEQUANT_GEMM_MIN_M and on_gpu and x_dtype == out_dtype == torch.bfloat16
-            and (bias is None or bias.dtype == torch.bfloat16)):
-        return "dequant-gemm"
-    return "tiled"
+                 on_gpu: bool, consts: dict, n: int, k: int) -> tuple[str, object]:
+    """(strategy, config) that runs M activation rows — all give the same numerics: the row of
+    linear_configs.TABLE that matches, else dequant-gemm (bf16 on a GPU) or tiled."""
+    row = linear_configs.choose(linear_configs.weight_family(consts), m, n, k, not on_gpu)
+    if row is not None:
+        return row.strategy, row.config
+    if on_gpu and x_dtype == out_dtype == torch.bfloat16 and (
+            bias is None or bias.dtype == torch.bfloat16):
+        return "dequant-gemm", None
+    return "tiled", None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How calls of one (M bucket, x dtype, out dtype, bias dtype, device) run, built once."""
+
+    strategy: str
+    config: object
+    mma: Optional[linear_mma.MmaPlan]  # strategy "mma"
+    qdq: Optional[Callable]  # the activation QDQ run before the kernel (None: in-kernel / none)
+    raw_x: bool
+
+
+def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: torch.dtype,
+          bias: Tensor | None, strategy: str | None, config: object) -> _Plan:
+    n, k = prepared.out_features, prepared.in_features
+    consts = cached["consts"]
+    if strategy is None:
+        strategy, auto = strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, consts, n, k)
+        config = config or auto
+    if strategy not in STRATEGIES or (strategy == "decode" and m > DECODE_LIMIT_M):
+        raise ValueError(f"{_NAME}: strategy {strategy!r} cannot run M={m}; one of {STRATEGIES} "
+                         f"(decode needs M <= {DECODE_LIMIT_M})")
+    if strategy == "dequant-gemm" and not (x.dtype == out_dtype == torch.bfloat16 and (
+            bias is None or bias.dtype == torch.bfloat16)):
+        raise ValueError(f"{_NAME}: the dequant-gemm strategy takes bf16 x, output and bias "
+                         f"only (got x {x.dtype}, out {out_dtype}); use 'tiled'")
+    if strategy != "mma":
+        return _Plan(strategy, config, None, None, False)
+    key = prepared.contract.activation
+    qdq = None
+    if consts["ACT_MODE"] != ACT_NONE and (m > 1 or not _INTERPRETED):
+        # QDQ the rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel one)
+        # rather than once per weight tile: H200 M = 1: 26 us against 53 us in-kernel
+        qdq = activation_qdq(key, backend="triton-qdq")
+    act_mode = ACT_NONE if qdq is not None else consts["ACT_MODE"]
+    dot_kind, precision = dot_choice(x.dtype, act_mode)
+    raw_x = (not _INTERPRETED and act_mode == ACT_NONE and x.dtype == torch.bfloat16
+             and dot_kind == DOT_BF16)
+    cfg = config or linear_configs.INTERPRETER_MMA
+    mma = linear_mma.mma_plan(
+        cached, dict(consts, ACT_MODE=act_mode), n, k, linear_configs.m_bucket(m), dot_kind,
+        precision, not _INTERPRETED, KIND_OF_DTYPE[x.dtype], KIND_OF_DTYPE[out_dtype],
+        bias is not None, cfg, asm=not _INTERPRETED, raw_x=raw_x)
+    return _Plan(strategy, cfg, mma, qdq, raw_x)
 
 
 def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None, *,
@@ -108,45 +157,61 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     """x [..., K] -> [..., N] in `out_dtype` (default x's dtype): the contract's activation QDQ,
     weight dequant and matmul (fp32 accumulation, + bias). out_dtype fp32 exposes the
     accumulator before the final cast (used by the tests); `strategy` / `config` override the
-    measured choice (tests and tools/tune_linear.py)."""
-    check_input(x, prepared, _NAME)
-    out_dtype = x.dtype if out_dtype is None else out_dtype
-    if out_dtype not in KIND_OF_DTYPE:
-        raise ValueError(f"{_NAME}: out_dtype {out_dtype} is not float32, bfloat16 or float16")
-    if not _INTERPRETED and not x.is_cuda:
-        raise ValueError(f"{_NAME}: input is on {x.device}; the Triton kernel needs a CUDA / ROCm "
-                         "tensor (or TRITON_INTERPRET=1 set before importing kernels.triton)")
+    measured choice (tests and tools/tune_linear.py).
+
+    The host work of a call is kept small (eager decoding is bound by it): the checks and the
+    launch plan run once per (M bucket, dtypes, device) and are cached on the prepared weight."""
     cached = prepared.cache.get(_CACHE_KEY)
     if cached is None:  # prepared by another kernel's prepare(): derive once, keep
         cached = prepared.cache.setdefault(_CACHE_KEY, prepare_tensors(prepared))
-    n, k = prepared.out_features, prepared.in_features
+    k = cached["k"]
+    if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[-1] != k:
+        check_input(x, prepared, _NAME)
+    out_dtype = x.dtype if out_dtype is None else out_dtype
     lead = x.shape[:-1]
     x2d = x.reshape(-1, k)
     if k > 1 and x2d.stride(1) != 1:
         x2d = x2d.contiguous()
     m = x2d.shape[0]
-    check_bias(bias, n, x.device, _NAME)
+    n = cached["n"]
+    if bias is not None and not isinstance(bias, Tensor):
+        check_bias(bias, n, x.device, _NAME)
+    pkey = (linear_configs.m_bucket(m), x.dtype, out_dtype, x.device,
+            None if bias is None else (bias.dtype, bias.device, bias.shape))
+    plans = cached["plans"]
+    plan = plans.get(pkey) if strategy is None and config is None else None
+    if plan is None:
+        check_input(x, prepared, _NAME)
+        if out_dtype not in KIND_OF_DTYPE:
+            raise ValueError(f"{_NAME}: out_dtype {out_dtype} is not float32, bfloat16 or "
+                             "float16")
+        if not _INTERPRETED and not x.is_cuda:
+            raise ValueError(f"{_NAME}: input is on {x.device}; the Triton kernel needs a CUDA / "
+                             "ROCm tensor (or TRITON_INTERPRET=1 set before importing "
+                             "kernels.triton)")
+        check_bias(bias, n, x.device, _NAME)
+        plan = _plan(x, prepared, cached, m, out_dtype, bias, strategy, config)
+        if strategy is None and config is None:
+            plans[pkey] = plan
     if m == 0:
         return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
-    bits = prepared.weight.elem_format.bits
-    chosen = strategy or strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, bits)
-    if chosen not in STRATEGIES or (chosen == "decode" and m > DECODE_LIMIT_M):
-        raise ValueError(f"{_NAME}: strategy {chosen!r} cannot run M={m}; one of {STRATEGIES} "
-                         f"(decode needs M <= {DECODE_LIMIT_M})")
-    if chosen == "dequant-gemm":
-        if not (x.dtype == out_dtype == torch.bfloat16
-                and (bias is None or bias.dtype == torch.bfloat16)):
-            raise ValueError(f"{_NAME}: the dequant-gemm strategy takes bf16 x, output and bias "
-                             f"only (got x {x.dtype}, out {out_dtype}); use 'tiled'")
+    if plan.strategy == "dequant-gemm":
         return _dequant_gemm(x2d, prepared, bias).view(*lead, n)
     out = torch.empty((m, n), dtype=out_dtype, device=x.device)
-    bias32 = None if bias is None else bias.to(torch.float32).contiguous()
+    bias32 = bias if bias is None or bias.dtype == torch.float32 else bias.float()
+    if plan.strategy == "mma":
+        if plan.qdq is not None:
+            x2d = plan.qdq(x2d, prepared.act_scale)
+        linear_mma.run_mma(plan.mma, x2d if plan.raw_x else mx_quant.bits_view(x2d),
+                           mx_quant.bits_view(out), bias32)
+        return out.view(*lead, n)
     consts = dict(cached["consts"])
     dot_kind, precision = dot_choice(x.dtype, consts["ACT_MODE"])
     launch = dict(dot_kind=dot_kind, precision=precision, hw_cast=not _INTERPRETED,
                   in_kind=KIND_OF_DTYPE[x.dtype], out_kind=KIND_OF_DTYPE[out_dtype])
-    if chosen == "decode":
-        cfg = config or linear_decode.default_config(m, bits, _INTERPRETED)
+    if plan.strategy == "decode":
+        cfg = plan.config or linear_decode.default_config(
+            m, prepared.weight.elem_format.bits, _INTERPRETED)
         if m > 1 and consts["ACT_MODE"] != ACT_NONE:
             # QDQ the few rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel
             # one) instead of once per weight stripe: every program would redo all M x K
@@ -155,7 +220,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
             consts["ACT_MODE"] = ACT_NONE
         linear_decode.launch_decode(x2d, out, cached, bias32, consts, config=cfg, **launch)
     else:
-        _launch_tiled(x2d, out, cached, bias32, consts, config, **launch)
+        _launch_tiled(x2d, out, cached, bias32, consts, plan.config, **launch)
     return out.view(*lead, n)
 
 
@@ -170,13 +235,15 @@ def _launch_tiled(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
 
     def run(cfg: fit.TileConfig) -> None:
         grid = (triton.cdiv(m, cfg.bm), triton.cdiv(n, cfg.bn))
-        _emulated_linear_kernel[grid](
-            mx_quant.bits_view(x2d), data, scales, scale if scale is not None else scales,
-            bias if bias is not None else scales, mx_quant.bits_view(out), m, n, k,
-            x2d.stride(0), data.stride(0), scales.stride(0), out.stride(0),
-            IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None, DOT_KIND=dot_kind,
-            DOT_PRECISION=precision, HW_CAST=hw_cast, BLOCK_M=cfg.bm, BLOCK_N=cfg.bn,
-            BLOCK_K=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages, **consts)
+        head = (mx_quant.bits_view(x2d), data, scales, scale if scale is not None else scales,
+                bias if bias is not None else scales, mx_quant.bits_view(out), m, n, k,
+                x2d.stride(0), data.stride(0), scales.stride(0), out.stride(0))
+        named = dict(IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None,
+                     DOT_KIND=dot_kind, DOT_PRECISION=precision, HW_CAST=hw_cast,
+                     BLOCK_M=cfg.bm, BLOCK_N=cfg.bn, BLOCK_K=cfg.bk, **consts)
+        args = head + tuple(named[p] for p in _emulated_linear_kernel.arg_names[len(head):])
+        launcher.launch_auto(_emulated_linear_kernel, grid, args, num_warps=cfg.warps,
+                             num_stages=cfg.stages)
 
     key = (x2d.device.index, in_kind, out_kind, dot_kind, precision, bias is not None,
            tuple(sorted(consts.items())))

@@ -112,6 +112,7 @@ def prepare_tensors(prepared: PreparedWeight) -> dict:
                                                "MAXN_SUB", "IS_INT")})
     consts.update(A_ROUNDING=rounding, ACT_MODE=mode)
     return {"data": data, "scales": weight.scales.contiguous(), "act_scale": act_scale,
-            "consts": consts}
+            "consts": consts, "n": prepared.out_features, "k": prepared.in_features,
+            "plans": {}}
 
 

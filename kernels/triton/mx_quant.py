@@ -23,6 +23,7 @@ import triton.language as tl
 
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
+from kernels.triton import launcher
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, decode, e8m0_value, encode, format_constexprs, load_codes,
     nan_like, pow2, round_value, saturate, scaled_saturated, store_fp32, tile_scaled,
@@ -158,7 +159,10 @@ def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -
     else:
         tile, extra = GPU_TILE, {"num_warps": GPU_WARPS}
     grid = (triton.cdiv(r, tile["BLOCK_R"]), triton.cdiv(k, tile["BLOCK_K"]))
-    kernel[grid](*ptrs, r, k, *strides, **consts, **tile, **extra)
+    named = dict(consts, **tile)
+    head = (*ptrs, r, k, *strides)
+    args = head + tuple(named[name] for name in kernel.arg_names[len(head):])
+    launcher.launch_auto(kernel, grid, args, num_warps=extra.get("num_warps", 4))
 
 
 # ----------------------------------------------------------------------------- public API

@@ -14,12 +14,17 @@ nothing can run there, the move raises ResolutionError naming the layer's scheme
 scale bytes and `input_scale` keep their dtype through any conversion. `load_state_dict` (or
 `refresh()`) re-prepares from the loaded buffers, so no kernel cache goes stale.
 
+torch.compile: traced code runs the layer as one `ocp_mx::linear` custom op (kernels/linear_op.py,
+keyed by the layer's handle), so a model of MXLinear layers compiles with fullgraph=True; eager
+code calls the kernel directly, without the op's dispatch cost.
+
 Building a layer for a platform other than its tensors' is refused: ask
 `registry.nn.quantize.plan_quantization(..., platform=...)` or `registry resolve --platform` for a
 what-if answer instead.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable, Optional
 
 import torch
@@ -27,6 +32,7 @@ from torch import Tensor, nn
 
 from kernels import moe
 from kernels.base import LinearKernel, PreparedWeight, load_kernel
+from kernels.linear_op import mx_linear, register_prepared, release, update_prepared
 from kernels.mx import MXTensor
 from kernels.select.resolve import Resolution, log_resolution, resolve
 from kernels.spec.contract import MX_BLOCK
@@ -200,6 +206,7 @@ class MXLinear(nn.Module):
         else:
             self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
         self._prepared: PreparedWeight = prepared
+        self._register_handle()
         self.register_load_state_dict_pre_hook(_check_state_before_load)
         self.register_load_state_dict_post_hook(_reprepare_after_load)
 
@@ -253,6 +260,18 @@ class MXLinear(nn.Module):
         """Prepare the kernel's weight again from the current buffers (after editing them)."""
         self._prepared = self.kernel.prepare(self.weight_mx, self.scheme.contract,
                                              act_scale=self.input_scale)
+        update_prepared(self._handle, self.kernel, self._prepared)
+
+    def _register_handle(self) -> None:
+        """Name (kernel, prepared) for the `ocp_mx::linear` op that torch.compile traces; the
+        handle is released when the layer is garbage collected."""
+        self._handle: int = register_prepared(self.kernel, self._prepared)
+        weakref.finalize(self, release, self._handle)
+
+    def __setstate__(self, state: dict) -> None:
+        """A copy (copy.deepcopy, pickle) gets a handle of its own: the original's dies with it."""
+        super().__setstate__(state)
+        self._register_handle()
 
     def _apply(self, fn: Any, recurse: bool = True) -> "MXLinear":
         """Move / convert like any module, keep the byte buffers' dtypes, then re-resolve.
@@ -287,6 +306,15 @@ class MXLinear(nn.Module):
     # -- running --------------------------------------------------------------------------------
 
     def forward(self, x: Tensor) -> Tensor:
+        prepared = self._prepared
+        # Per call, so lean: prepare() keeps the buffer itself as the weight's codes, so the
+        # identity test settles the usual case; the device comparison runs only when the buffer
+        # was replaced behind the layer's back.
+        if self._buffers["weight"] is not prepared.weight.data:
+            self._check_prepared_device()
+        return mx_linear(x, self.kernel, prepared, self._parameters["bias"], self._handle)
+
+    def _check_prepared_device(self) -> None:
         prepared_on = self._prepared.weight.device
         if prepared_on != self.weight.device:
             raise RuntimeError(
@@ -294,7 +322,6 @@ class MXLinear(nn.Module):
                 f"kernel {self.kernel_name} was prepared on {prepared_on}; move the layer with "
                 ".to(device) so it resolves its kernel again"
             )
-        return self.kernel.apply(x, self._prepared, self.bias)
 
 
 __all__ = ["MXGroupedExperts", "MXLinear", "layer_platform", "platform_for_device", "scheme_of"]

@@ -102,7 +102,8 @@ def test_contract_matches_reference(wkey: QuantKey, akey: QuantKey | None) -> No
 
 STRATEGY_CASES = [  # (strategy, M, split-K of the decode config or None)
     ("decode", 1, 1), ("decode", 1, 3), ("decode", 5, 1), ("decode", 16, 2), ("tiled", 3, None),
-    ("tiled", 40, None), ("dequant-gemm", 2, None), ("dequant-gemm", 33, None)]
+    ("tiled", 40, None), ("dequant-gemm", 2, None), ("dequant-gemm", 33, None), ("mma", 1, 1),
+    ("mma", 1, 3), ("mma", 7, 2), ("mma", 20, 1), ("mma", 20, 3)]
 STRATEGY_CONTRACTS = [
     (QuantKey.mx("mxfp4", rounding="even", static=True), None),
     (QuantKey.mx("mxfp4", rounding="even", static=True),
@@ -120,6 +121,7 @@ def test_every_strategy_matches_reference(strategy: str, m: int, split, wkey, ak
     """Forced strategies (and decode split-K slices) all give the oracle's numbers; dequant-gemm
     (bf16 only) returns bf16 from its GEMM, so it is compared after the oracle's own cast."""
     from kernels.triton.linear_decode import DecodeConfig
+    from kernels.triton.linear_mma import MmaConfig
 
     gen = torch.Generator().manual_seed(seed_of(strategy, m, split, wkey, akey))
     n, k = 48, 192
@@ -130,6 +132,8 @@ def test_every_strategy_matches_reference(strategy: str, m: int, split, wkey, ak
     want = reference_fp32(x, prepared, bias)
     cfg = None if split is None else DecodeConfig(block_n=16, block_k=64, split=split, warps=1,
                                                   stages=1)
+    if strategy == "mma":
+        cfg = MmaConfig(block_m=16, block_n=16, block_k=64, split=split, warps=1, stages=1)
     if strategy == "dequant-gemm":
         out = fused_linear(x, prepared, bias, strategy=strategy).float()
         # one bf16 rounding of the accumulator on both sides: <= 2**-8 relative per element
@@ -223,21 +227,30 @@ def test_split_fp4_layout_is_a_per_tile_permutation() -> None:
 
 
 def test_strategy_choice_and_refusals() -> None:
+    """The measured table (kernels/triton/linear_configs.py) decides per weight family, M and
+    shape; past it, dequant-gemm for bf16 on a GPU, else tiled."""
+    from kernels.triton import linear_configs as lc
+
     bf, f16 = torch.bfloat16, torch.float16
-    assert le.strategy_for(1, bf, bf, None, True) == "decode"
-    assert le.strategy_for(le.DECODE_MAX_M + 1, bf, bf, None, False) == "tiled"
-    assert le.DEQUANT_GEMM_MIN_M > le.DECODE_MAX_M
-    # mxfp4 weights keep the decode kernel up to 64 rows on a GPU (measured), not under the
-    # interpreter, and 8-bit weights stop at 16
-    assert le.strategy_for(64, bf, bf, None, True, weight_bits=4) == "decode"
-    assert le.strategy_for(65, bf, bf, None, True, weight_bits=4) == "dequant-gemm"
-    assert le.strategy_for(64, bf, bf, None, False, weight_bits=4) == "tiled"
-    assert le.strategy_for(17, bf, bf, None, True, weight_bits=8) == "dequant-gemm"
-    assert le.strategy_for(le.DEQUANT_GEMM_MIN_M, bf, bf, None, True) == "dequant-gemm"
-    assert le.strategy_for(le.DEQUANT_GEMM_MIN_M, bf, bf, None, False) == "tiled"  # no GPU
-    assert le.strategy_for(le.DEQUANT_GEMM_MIN_M, f16, f16, None, True) == "tiled"
-    fp32_bias = torch.zeros(4)
-    assert le.strategy_for(le.DEQUANT_GEMM_MIN_M, bf, bf, fp32_bias, True) == "tiled"
+    fp4 = {"W_PACK": 1, "W_BITS": 4, "W_IS_INT": False}
+    fp8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": False}
+    int8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": True}
+    assert [lc.weight_family(c) for c in (fp4, fp8, int8)] == ["fp4", "fp8", "other"]
+    assert le.strategy_for(1, bf, bf, None, True, fp4, 28672, 8192)[0] == "decode"  # wide: FMA
+    assert le.strategy_for(1, bf, bf, None, True, fp4, 8192, 8192)[0] == "mma"
+    assert le.strategy_for(128, bf, bf, None, True, fp4, 8192, 8192)[0] == "mma"
+    assert le.strategy_for(129, bf, bf, None, True, fp4, 8192, 8192)[0] == "dequant-gemm"
+    assert le.strategy_for(64, bf, bf, None, True, fp8, 8192, 8192)[0] == "mma"
+    assert le.strategy_for(65, bf, bf, None, True, fp8, 8192, 8192)[0] == "dequant-gemm"
+    assert le.strategy_for(1, bf, bf, None, True, int8, 8192, 8192)[0] == "decode"
+    assert le.strategy_for(65, f16, f16, None, True, int8, 64, 64)[0] == "tiled"
+    assert le.strategy_for(200, bf, bf, torch.zeros(4), True, fp4, 64, 64)[0] == "tiled"
+    assert le.strategy_for(200, bf, bf, None, False, fp4, 64, 64)[0] == "tiled"  # no GPU
+    # the interpreter takes the GPU's strategy with its own small config
+    strategy, cfg = le.strategy_for(16, bf, bf, None, False, fp4, 64, 64)
+    assert strategy == "mma" and cfg == lc.INTERPRETER_MMA
+    assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 64, 65, 128, 129)] == \
+        [1, 16, 16, 64, 64, 128, 128, 1 << 30]
     prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),
                               SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
                                              activation=None))

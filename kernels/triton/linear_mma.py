@@ -1,0 +1,378 @@
+"""The tensor-core strategy of `triton-emulation` for every M ("mma"): out^T = W @ QDQ(x)^T.
+
+Why: a W4A16 layer is fast only if the weight is read once, decoded in few instructions and fed
+to the tensor cores without a detour. This kernel
+- puts the weight on the MMA's wide side ("swap AB"): BLOCK_N weight rows fill the 64-row
+  side of Hopper's wgmma, the M activation rows (1..BLOCK_M) the narrow side, so M = 1..64 runs
+  on tensor cores like large M does;
+- decodes mxfp4 from 32-bit words (`fp4_word_layout`, made once at prepare: 8 codes per word in
+  the order the decoder emits them), two codes per instruction as bf16x2 (`_fp4_word_bf16`):
+  an e2m1 nibble shifted into a bf16's low exponent / mantissa bits reads as value * 2**-126
+  (an e2m1 subnormal lands on a bf16 subnormal), and one bf16x2 multiply by 2**126 * 2**(E-127)
+  fixes the bias and applies the block scale at once (exact: a power of two; E <= 128, checked
+  at prepare). Other formats use the generic exact decode (mx_codec.weight_tile);
+- splits K over SPLIT programs when N / BLOCK_N alone cannot fill the GPU; the last program of
+  an output tile to finish (an atomic counter per tile, reset by that program) adds the fp32
+  partials in slice order, adds the bias and stores: one launch, deterministic, CUDA-graph safe.
+
+Numerics: those of the other emulation strategies (linear_tiles.py docstring): the activation
+tile is the dispatcher's QDQ bit for bit (`act_tile`), the weight values exact, fp32
+accumulation; only the summation order differs from `reference-emulation`. Under
+TRITON_INTERPRET=1 the word decode runs as plain integer / fp32 Triton (`_fp4_word_fp32`, the
+same values; inline PTX does not interpret) and the dot takes fp32 operands.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.triton import launcher
+from kernels.triton.launcher import aligned
+from kernels.triton.mx_codec import (act_tile, e8m0_value, nan_like, pow2, store_fp32,
+                                     weight_tile)
+
+# Code j of a word's 8 (element 8w + j) sits at nibble WORD_NIBBLE[j]: the decoder makes bf16x2
+# pair p from nibbles p and p + 4 (one shift serves both halves), emitting elements 2p, 2p + 1.
+WORD_NIBBLE = (0, 4, 1, 5, 2, 6, 3, 7)
+
+
+def fp4_word_layout(data: Tensor) -> Tensor:
+    """Packed mxfp4 codes [N, K/2] uint8 (element 2i in the low nibble) -> int32 words [N, K/8]
+    holding elements 8w..8w+7 at nibbles WORD_NIBBLE (K a multiple of 8)."""
+    n, half_k = data.shape
+    if half_k % 4:
+        raise ValueError(f"fp4_word_layout: K={2 * half_k} is not a multiple of 8")
+    codes = torch.stack((data & 0xF, data >> 4), dim=-1).reshape(n, half_k // 4, 8).to(torch.int64)
+    word = torch.zeros((n, half_k // 4), dtype=torch.int64, device=data.device)
+    for j, nib in enumerate(WORD_NIBBLE):
+        word |= codes[..., j] << (4 * nib)
+    return (word - ((word >> 31) << 32)).to(torch.int32)  # two's complement view of the u32
+
+
+@triton.jit
+def _fp4_word_bf16(words, sword):
+    """8 bf16 tensors (elements 8w + j, j = 0..7) of int32 words in `fp4_word_layout`, each times
+    its block scale; `sword` holds the scale as bf16x2 2**126 * 2**(E - 127) (0xFF: NaN)."""
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .b32 a, b, w;
+        shl.b32 a, $8, 6;  shl.b32 b, $8, 12; and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
+        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$0, $1}, w;
+        shl.b32 a, $8, 2;  shl.b32 b, $8, 8;  and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
+        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$2, $3}, w;
+        shr.b32 a, $8, 2;  shl.b32 b, $8, 4;  and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
+        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$4, $5}, w;
+        shr.b32 a, $8, 6;  and.b32 a, a, 0x01C001C0; and.b32 b, $8, 0x80008000;
+        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$6, $7}, w;
+        }
+        """,
+        "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [words, sword],
+        dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
+
+
+@triton.jit
+def _fp4_word_fp32(words, sfac):
+    """The values of `_fp4_word_bf16` in fp32 with integer / fp32 Triton ops (the interpreter's
+    path; also the oracle of the PTX one): nibble -> fp32 fields (value * 2**-126) -> * sfac."""
+    out0 = (((words << 28) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out1 = (((words << 12) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out2 = (((words << 24) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out3 = (((words << 8) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out4 = (((words << 20) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out5 = (((words << 4) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out6 = (((words << 16) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out7 = ((words >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    return out0, out1, out2, out3, out4, out5, out6, out7
+
+
+@triton.jit
+def _join8(o0, o1, o2, o3, o4, o5, o6, o7, R: tl.constexpr, W: tl.constexpr):
+    """Eight [R, W] tensors -> [R, 8W], element 8w + j from o_j[:, w]."""
+    evens = tl.join(tl.join(o0, o4), tl.join(o2, o6))  # [R, W, 2, 2]: o0 o2 o4 o6
+    odds = tl.join(tl.join(o1, o5), tl.join(o3, o7))
+    return tl.reshape(tl.join(evens, odds), [R, 8 * W])
+
+
+@triton.jit
+def _fp4_word_tile(words_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk, ASM: tl.constexpr,
+                   TILED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """An mxfp4 weight tile [BLOCK_N, BLOCK_K] from `fp4_word_layout` words: bf16 (ASM) or fp32,
+    exact; every block scale byte <= 128 or 0xFF (the host checks); K % BLOCK_K == 0.
+    TILED: words and scale bytes stored tile by tile (`tile_major`), each tile one contiguous
+    run of memory."""
+    NW: tl.constexpr = BLOCK_K // 8
+    NB: tl.constexpr = BLOCK_K // 32
+    if TILED:
+        tile = (pid_n * (K // BLOCK_K) + kk).to(tl.int64)
+        r = tl.arange(0, BLOCK_N)
+        words = tl.load(words_ptr + tile * (BLOCK_N * NW) + r[:, None] * NW
+                        + tl.arange(0, NW)[None, :])
+        sbyte = tl.load(scale_ptr + tile * (BLOCK_N * NB) + r[:, None] * NB
+                        + tl.arange(0, NB)[None, :]).to(tl.int32)
+    else:
+        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows_c = tl.minimum(rows, N - 1).to(tl.int64)  # clamped: in bounds, masked at the store
+        words = tl.load(words_ptr + rows_c[:, None] * stride_d + kk * NW
+                        + tl.arange(0, NW)[None, :])
+        sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + kk * NB
+                        + tl.arange(0, NB)[None, :]).to(tl.int32)
+    if ASM:
+        half = tl.where(sbyte == 255, 0x7FC0, (sbyte + 126) << 7)  # bf16 2**(E - 1); NaN
+        sword = tl.reshape(tl.broadcast_to((half | (half << 16))[:, :, None], [BLOCK_N, NB, 4]),
+                           [BLOCK_N, NW])
+        o0, o1, o2, o3, o4, o5, o6, o7 = _fp4_word_bf16(words, sword)
+    else:
+        fac = tl.where(sbyte == 255, nan_like(sbyte), pow2(tl.minimum(sbyte, 128) - 1))
+        sfac = tl.reshape(tl.broadcast_to(fac[:, :, None], [BLOCK_N, NB, 4]), [BLOCK_N, NW])
+        o0, o1, o2, o3, o4, o5, o6, o7 = _fp4_word_fp32(words, sfac)
+    return _join8(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, NW)
+
+
+@triton.jit
+def _fp8_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, E5: tl.constexpr,
+              HW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """An mxfp8 weight tile [BLOCK_N, BLOCK_K] in fp32 through the hardware fp8 convert (two
+    codes an instruction) times the block scales, exact (no saturation: the host checks);
+    K % BLOCK_K == 0. The interpreter's fp8 convert gets the special codes wrong (E4M3 NaN
+    reads 480, E5M2 Inf / NaN read 2**16 ...): without HW they are set from the bits."""
+    NB: tl.constexpr = BLOCK_K // 32
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_c = tl.minimum(rows, N - 1).to(tl.int64)  # clamped: in bounds, masked at the store
+    c = tl.load(data_ptr + rows_c[:, None] * stride_d + kk * BLOCK_K + tl.arange(0, BLOCK_K)[None, :])
+    if E5:
+        v = c.to(tl.float8e5, bitcast=True).to(tl.float32)
+    else:
+        v = c.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    if not HW:
+        ci = c.to(tl.int32)
+        if E5:
+            special = ((ci & 0x7C) == 0x7C)
+            bits = ((ci & 0x80) << 24) | 0x7F800000 | ((ci & 3) << 21)
+            v = tl.where(special, bits.to(tl.float32, bitcast=True), v)
+        else:
+            v = tl.where((ci & 0x7F) == 0x7F, nan_like(ci), v)
+    sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + kk * NB
+                    + tl.arange(0, NB)[None, :]).to(tl.int32)
+    v = tl.reshape(v, [BLOCK_N, NB, 32]) * e8m0_value(sbyte)[:, :, None]
+    return tl.reshape(v, [BLOCK_N, BLOCK_K])
+
+
+@triton.jit(do_not_specialize=["M", "TILES_PER_SPLIT"])
+def _mma_linear_kernel(
+        x_ptr, w_data_ptr, w_scale_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
+        M, N, K, TILES_PER_SPLIT, stride_x, stride_wd, stride_ws, stride_o,
+        IN_KIND: tl.constexpr, OUT_KIND: tl.constexpr, HAS_BIAS: tl.constexpr,
+        ACT_MODE: tl.constexpr, A_MBITS: tl.constexpr, A_BIAS: tl.constexpr,
+        A_EMAX: tl.constexpr, A_MAX_NORMAL: tl.constexpr, A_MAXN_MANT: tl.constexpr,
+        A_MAXN_SUB: tl.constexpr, A_IS_INT: tl.constexpr, A_ROUNDING: tl.constexpr,
+        W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
+        W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
+        W_SAT: tl.constexpr,
+        DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
+        WORDS: tl.constexpr, ASM: tl.constexpr, TILED: tl.constexpr, FP8: tl.constexpr,
+        RAW_X: tl.constexpr, SPLIT: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
+    tl.static_assert((BLOCK_M & (BLOCK_M - 1)) == 0, "BLOCK_M must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_N & (BLOCK_N - 1)) == 0, "BLOCK_N must be a power of two (tl.arange)")
+    tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
+    tl.static_assert(not ASM or DOT_KIND == 0, "the PTX decode feeds bf16 dots only")
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    k_lo = pid_s * TILES_PER_SPLIT
+    k_hi = tl.minimum(k_lo + TILES_PER_SPLIT, tl.cdiv(K, BLOCK_K))
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # activation rows (acc's columns)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for kk in range(k_lo, k_hi):
+        if RAW_X:  # bf16 x as it is (no QDQ): straight into the bf16 dot
+            cols = kk * BLOCK_K + tl.arange(0, BLOCK_K)
+            a = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
+                        mask=(rows < M)[:, None] & (cols < K)[None, :], other=0.0)
+        else:
+            a = act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND, ACT_MODE, A_MBITS,
+                         A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
+                         A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
+        if WORDS:
+            w = _fp4_word_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
+                               ASM, TILED, BLOCK_N, BLOCK_K)
+        elif FP8:
+            w = _fp8_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n, kk,
+                          W_SPECIALS == 2, HW_CAST, BLOCK_N, BLOCK_K)
+        else:
+            w = weight_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
+                            W_MBITS, W_BIAS, W_BITS, W_IS_INT, W_SPECIALS, W_PACK, W_SAT,
+                            BLOCK_N, BLOCK_K)
+        if DOT_KIND == 0:
+            acc = tl.dot(w.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
+        else:
+            acc = tl.dot(w.to(tl.float32), tl.trans(a), acc, input_precision=DOT_PRECISION)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output features (acc's rows)
+    mask = (cols < N)[:, None] & (rows < M)[None, :]
+    offs = rows.to(tl.int64)[None, :] * stride_o + cols[:, None]
+    if SPLIT > 1:  # park the partial; the last slice of this tile to finish adds them up
+        tile = pid_m * tl.num_programs(0) + pid_n
+        tile_elems = tl.num_programs(1) * tl.num_programs(0) * BLOCK_N * BLOCK_M
+        local = (tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :])
+        tl.store(part_ptr + pid_s * tile_elems + tile * (BLOCK_N * BLOCK_M) + local, acc)
+        tl.debug_barrier()
+        done = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if done == SPLIT - 1:
+            acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+            for s in tl.static_range(SPLIT):  # slice order: deterministic
+                acc += tl.load(part_ptr + s * tile_elems + tile * (BLOCK_N * BLOCK_M) + local,
+                               cache_modifier=".cg")
+            if HAS_BIAS:
+                acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[:, None]
+            store_fp32(out_ptr + offs, acc, mask, OUT_KIND, HW_CAST)
+            tl.atomic_xchg(lock_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
+    else:
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[:, None]
+        store_fp32(out_ptr + offs, acc, mask, OUT_KIND, HW_CAST)
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    split: int  # K slices (1: none)
+    warps: int
+    stages: int
+
+
+def mma_grid(m: int, n: int, k: int, cfg: MmaConfig) -> tuple[tuple[int, int, int], int]:
+    """(grid, K tiles per slice) of a launch; the slice count never leaves a slice empty."""
+    tiles = triton.cdiv(k, cfg.block_k)
+    split = max(1, min(cfg.split, tiles))
+    per_split = triton.cdiv(tiles, split)
+    split = triton.cdiv(tiles, per_split)
+    return (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), split), per_split
+
+
+def fp4_words(cached: dict, consts: dict, k: int, block_k: int) -> Tensor | None:
+    """The weight as `fp4_word_layout` words when the short decode applies (packed mxfp4, K a
+    multiple of the K tile, no saturation, every scale byte <= 128 or 0xFF), else None. Made once
+    per weight (the scale check is a device sync: at the first call, never again)."""
+    if consts["W_PACK"] != 1 or consts["W_BITS"] != 4 or consts["W_SAT"] or k % block_k:
+        return None
+    words = cached.get("mma_fp4_words", False)
+    if words is False:
+        from kernels.triton.linear_decode import fast_fp4_scale
+
+        ok = fast_fp4_scale(cached["scales"])
+        words = cached.setdefault("mma_fp4_words", fp4_word_layout(cached["data"]) if ok else None)
+    return words
+
+
+def tile_major(t: Tensor, rows: int, cols: int) -> Tensor:
+    """[R, C] -> the same values tile by tile: tile (i, j) = t[i*rows:(i+1)*rows, j*cols:...]
+    as one contiguous [rows, cols] run, tiles in (i, j) order; R is padded with zero rows up to
+    a multiple of `rows` (C must be a multiple of `cols`)."""
+    r, c = t.shape
+    if c % cols:
+        raise ValueError(f"tile_major: {c} columns are not a multiple of the tile's {cols}")
+    pad = -r % rows
+    if pad:
+        t = torch.cat((t, t.new_zeros((pad, c))))
+    return t.reshape(-1, rows, c // cols, cols).permute(0, 2, 1, 3).contiguous().reshape(-1, cols)
+
+
+_LOCK_TILES = 1024  # output tiles a split-K launch may have (counters per weight, zeroed once)
+
+
+@dataclass(frozen=True)
+class MmaPlan:
+    """What a call of one (weight, M bucket, dtypes, bias?) needs, built once: the per-call
+    work is then an output allocation and one direct launch (kernels.triton.launcher)."""
+
+    cfg: MmaConfig
+    grid_n: int
+    per_split: int
+    split: int
+    data: Tensor
+    scales: Tensor
+    s_arg: Tensor
+    lock: Tensor
+    n: int
+    k: int
+    head: tuple  # the constexprs, in the kernel's parameter order
+    key: int  # launcher.intern of the specialization that the plan fixes
+
+
+def mma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, dot_kind: int,
+             precision: str, hw_cast: bool, in_kind: int, out_kind: int, has_bias: bool,
+             cfg: MmaConfig, asm: bool, raw_x: bool, tiled: bool = True) -> MmaPlan:
+    """The launch plan for up to `m_max` rows (the M bucket's top)."""
+    words = fp4_words(cached, consts, k, cfg.block_k)
+    grid, per_split = mma_grid(m_max, n, k, cfg)
+    split = grid[2]
+    if split > 1 and grid[0] * grid[1] > _LOCK_TILES:
+        cfg = MmaConfig(cfg.block_m, cfg.block_n, cfg.block_k, 1, cfg.warps, cfg.stages)
+        grid, per_split = mma_grid(m_max, n, k, cfg)
+        split = 1
+    lock = cached.get("mma_lock")
+    if lock is None:
+        lock = cached.setdefault("mma_lock", torch.zeros(_LOCK_TILES, dtype=torch.int32,
+                                                         device=cached["scales"].device))
+    data = cached["data"] if words is None else words
+    scales = cached["scales"]
+    if tiled and words is not None:
+        tkey = ("mma_tiled", cfg.block_n, cfg.block_k)
+        if tkey not in cached:
+            cached[tkey] = (tile_major(words, cfg.block_n, cfg.block_k // 8),
+                            tile_major(scales, cfg.block_n, cfg.block_k // 32))
+        data, scales = cached[tkey]
+    fp8 = (words is None and consts["W_BITS"] == 8 and not consts["W_IS_INT"]
+           and consts["W_PACK"] == 0 and not consts["W_SAT"] and k % cfg.block_k == 0)
+    scale = cached["act_scale"]
+    flags = dict(IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=has_bias, **consts,
+                 DOT_KIND=dot_kind, DOT_PRECISION=precision, HW_CAST=hw_cast,
+                 WORDS=words is not None, ASM=bool(asm and words is not None and dot_kind == 0),
+                 TILED=bool(tiled and words is not None), FP8=fp8, RAW_X=raw_x, SPLIT=split, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                 BLOCK_K=cfg.block_k)
+    names = _mma_linear_kernel.arg_names
+    head = tuple(flags[name] for name in names[names.index("IN_KIND"):])
+    return MmaPlan(cfg, grid[0], per_split, split, data, scales,
+                   scale if scale is not None else lock, lock, n, k, head,
+                   launcher.intern((data.device.index, head, data.stride(0), n, k)))
+
+
+def run_mma(plan: MmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
+    """One launch of `plan` for x2d [M, K] into `out` [M, N] (a bits view unless the plan feeds
+    bf16 x raw; out likewise: int16 / int32 views for bf16 / fp32)."""
+    m = x2d.shape[0]
+    cfg = plan.cfg
+    grid = (plan.grid_n, triton.cdiv(m, cfg.block_m), plan.split)
+    part = plan.lock
+    if plan.split > 1:
+        part = torch.empty(plan.split * grid[0] * grid[1] * cfg.block_n * cfg.block_m,
+                           dtype=torch.float32, device=x2d.device)
+    b = bias if bias is not None else plan.lock
+    key = (plan.key, x2d.dtype, out.dtype, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b),
+           aligned(out), out.stride(0) % 16 == 0)
+    launcher.launch(_mma_linear_kernel, key, grid,
+                    (x2d, plan.data, plan.scales, plan.s_arg, b, out, part, plan.lock, m, plan.n,
+                     plan.k, plan.per_split, x2d.stride(0), plan.data.stride(0),
+                     plan.scales.stride(0), out.stride(0)) + plan.head,
+                    num_warps=cfg.warps, num_stages=cfg.stages)
+
+
+def launch_mma(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
+               dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
+               cfg: MmaConfig, asm: bool, raw_x: bool, tiled: bool = True) -> None:
+    """`mma_plan` + `run_mma` in one call (tests and tools; layers keep their plans)."""
+    plan = mma_plan(cached, consts, out.shape[1], x2d.shape[1], x2d.shape[0], dot_kind,
+                    precision, hw_cast, in_kind, out_kind, bias is not None, cfg, asm, raw_x,
+                    tiled)
+    run_mma(plan, x2d, out, bias)
+
+
+__all__ = ["MmaConfig", "MmaPlan", "WORD_NIBBLE", "fp4_word_layout", "fp4_words", "launch_mma",
+           "mma_grid", "mma_plan", "run_mma"]

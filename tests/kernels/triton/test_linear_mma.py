@@ -1,0 +1,191 @@
+"""The tensor-core strategy of `triton-emulation` (kernels/triton/linear_mma.py): its weight
+layouts, split-K reduction, launch plans and decodes, against the reference.
+
+In the CPU interpreter the mxfp4 word decode runs as integer / fp32 Triton and the fp8 decode
+with its special codes fixed from the bits; on a GPU the same tests run the PTX bf16x2 decode
+and the hardware fp8 convert (and `test_ptx_decode_equals_the_portable_one` compares them).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels.base import load_kernel
+from kernels.mx import MXTensor, mx_dequantize
+from kernels.reference.packing import pack_codes
+from kernels.spec.contract import QuantKey, SchemeContract
+from kernels.spec.formats import FORMATS
+from kernels.triton import linear_emulation as le
+from kernels.triton import linear_mma as lm
+from kernels.triton.linear_emulation import fused_linear
+from kernels.triton.linear_tiles import dot_choice
+from kernels.triton.mx_codec import KIND_OF_DTYPE
+from kernels.triton.mx_quant import bits_view
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+KERNEL = load_kernel("triton-emulation")
+SMALL = lm.MmaConfig(block_m=16, block_n=16, block_k=64, split=1, warps=1, stages=1)
+
+
+def wkey(name: str) -> QuantKey:
+    return QuantKey.mx(name, rounding="even", static=True)
+
+
+def weight(name: str, codes: torch.Tensor, scales: torch.Tensor) -> MXTensor:
+    fmt = FORMATS[name]
+    layout = "packed" if fmt.bits < 8 else "unpacked"
+    data = pack_codes(codes.to(torch.uint8), fmt, layout)
+    return MXTensor(data, scales.to(torch.uint8), name, "even", torch.Size(codes.shape), layout)
+
+
+def reference_fp32(x: torch.Tensor, w: MXTensor) -> torch.Tensor:
+    return F.linear(x.float(), mx_dequantize(w, torch.float32, backend="reference"))
+
+
+def run(prepared, x: torch.Tensor, cfg: lm.MmaConfig, asm: bool = False,
+        tiled: bool = True) -> torch.Tensor:
+    """One forced launch (fp32 output: the accumulator before any cast)."""
+    cached = prepared.cache["triton_emulation"]
+    out = torch.empty(x.shape[0], prepared.out_features, dtype=torch.float32, device=x.device)
+    hw = DEVICE == "cuda"
+    consts = dict(cached["consts"])
+    dot_kind, precision = dot_choice(x.dtype, consts["ACT_MODE"])
+    lm.launch_mma(bits_view(x), bits_view(out), cached, None, consts, dot_kind, precision, hw,
+                  KIND_OF_DTYPE[x.dtype], 0, cfg, asm and hw, False, tiled)
+    return out
+
+
+def test_fp4_word_layout_puts_each_code_at_its_nibble() -> None:
+    gen = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, 16, (5, 64), generator=gen)
+    data = pack_codes(codes.to(torch.uint8), FORMATS["mxfp4"], "packed")
+    words = lm.fp4_word_layout(data).to(torch.int64) & 0xFFFFFFFF
+    assert words.shape == (5, 8) and words.dtype == torch.int64
+    for j, nib in enumerate(lm.WORD_NIBBLE):
+        assert torch.equal((words >> (4 * nib)) & 0xF, codes[:, j::8])
+    with pytest.raises(ValueError, match="not a multiple of 8"):
+        lm.fp4_word_layout(data[:, :2])
+
+
+def test_tile_major_stores_each_tile_contiguously() -> None:
+    t = torch.arange(5 * 6).reshape(5, 6)
+    tiled = lm.tile_major(t, 2, 3)  # 3 row tiles (one padded) x 2 column tiles
+    assert tiled.shape == (3 * 2 * 2, 3)
+    for i in range(3):
+        for j in range(2):
+            want = torch.zeros(2, 3, dtype=t.dtype)
+            block = t[2 * i: 2 * i + 2, 3 * j: 3 * j + 3]
+            want[: block.shape[0]] = block
+            assert torch.equal(tiled[(i * 2 + j) * 2: (i * 2 + j) * 2 + 2], want)
+    with pytest.raises(ValueError, match="not a multiple"):
+        lm.tile_major(t, 2, 4)
+
+
+@pytest.mark.parametrize("tiled", (False, True), ids=("rows", "tiled"))
+@pytest.mark.parametrize("split", (1, 2, 3))
+@pytest.mark.parametrize("m", (1, 5, 19))
+def test_fp4_words_at_every_code_and_scale(m: int, split: int, tiled: bool) -> None:
+    """All 16 codes in every block, scale bytes 0 (the smallest: subnormal products), 1, 127,
+    128 (the largest of the short decode) and 0xFF (NaN): exact products, so the fp32 result
+    equals the reference's up to summation order; NaN rows where the reference has them."""
+    gen = torch.Generator().manual_seed(m * 10 + split)
+    n, k = 40, 256  # N tail (40 = 2.5 tiles), 4 K tiles
+    codes = torch.randint(0, 16, (n, k), generator=gen)
+    codes[:, :16] = torch.arange(16)
+    scales = torch.randint(100, 129, (n, k // 32), generator=gen)
+    scales[0, 0], scales[1, 1], scales[2, 2], scales[3, 3], scales[4, 4] = 0, 1, 127, 128, 255
+    w = weight("mxfp4", codes, scales).to(DEVICE)
+    prepared = KERNEL.prepare(w, SchemeContract(weight=wkey("mxfp4"), activation=None))
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16).to(DEVICE)
+    cfg = lm.MmaConfig(16, 16, 64, split, 1, 1)
+    out = run(prepared, x, cfg, asm=True, tiled=tiled)
+    assert prepared.cache["triton_emulation"]["mma_fp4_words"] is not None  # the word path ran
+    want = reference_fp32(x, w)
+    assert torch.equal(out.isnan(), want.isnan()) and want.isnan()[:, 4].all()
+    fin = want.isfinite()
+    err = (out[fin] - want[fin]).norm() / want[fin].norm()
+    assert err <= 1e-5, f"{err:.3g}"
+    # the split-K counters are back at zero: the next call starts clean
+    assert int(prepared.cache["triton_emulation"]["mma_lock"].abs().sum()) == 0
+    assert torch.equal(run(prepared, x, cfg, asm=True, tiled=tiled).isnan(), out.isnan())
+
+
+def test_fp4_weights_past_the_short_decode_take_the_generic_one() -> None:
+    """A scale byte above 128 (2**126 * 2**(E-127) no longer fits one multiplier) or K not a
+    multiple of the K tile: the generic decode runs, with the same numbers."""
+    gen = torch.Generator().manual_seed(3)
+    codes = torch.randint(0, 16, (16, 96), generator=gen)
+    scales = torch.full((16, 3), 127)
+    scales[0, 0] = 200
+    w = weight("mxfp4", codes, scales).to(DEVICE)
+    prepared = KERNEL.prepare(w, SchemeContract(weight=wkey("mxfp4"), activation=None))
+    x = torch.randn(3, 96, generator=gen).to(DEVICE)
+    out = run(prepared, x, SMALL)
+    assert prepared.cache["triton_emulation"].get("mma_fp4_words") is None
+    assert ((out - reference_fp32(x, w)).norm() / out.norm()) <= 1e-5
+
+
+@pytest.mark.parametrize("name", ("mxfp8_e4m3", "mxfp8_e5m2"))
+def test_fp8_convert_at_every_code(name: str) -> None:
+    """Every finite code (subnormals, +-0, the largest) through the fp8 convert path, exactly;
+    the NaN / Inf codes go through test_linear_emulation's test_nan_and_inf_blocks (one NaN
+    code would make a whole output column NaN here)."""
+    n, k = 32, 256
+    codes = torch.arange(256).repeat(n, 1).roll(3, 1)
+    special = 0x7F if FORMATS[name].specials == "nan_only_all_ones" else 0x7C
+    codes = torch.where((codes & special) == special, 0x11, codes)
+    scales = torch.full((n, k // 32), 120)
+    scales[::5, 1] = 130
+    w = weight(name, codes, scales).to(DEVICE)
+    prepared = KERNEL.prepare(w, SchemeContract(weight=wkey(name), activation=None))
+    eye = torch.eye(k, device=DEVICE)  # out[m, n] = w[n, m] exactly
+    out = run(prepared, eye, lm.MmaConfig(16, 16, 64, 2, 1, 1))
+    want = mx_dequantize(w, torch.float32, backend="reference").T
+    assert want.isfinite().all() and (want != 0).any()
+    assert torch.equal(out, want), f"{int((out != want).sum())} differ"
+
+
+def test_launch_plans_are_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks and the plan run on the first call of an (M bucket, dtype) only; a bad input
+    still gets its one-line error on any call."""
+    built = []
+    real = le._plan
+    monkeypatch.setattr(le, "_plan", lambda *a, **k: built.append(1) or real(*a, **k))
+    prepared = KERNEL.prepare(torch.randn(32, 64).to(DEVICE),
+                              SchemeContract(weight=wkey("mxfp4"), activation=None))
+    for m in (3, 5, 16, 3):
+        fused_linear(torch.randn(m, 64).to(DEVICE), prepared)
+    assert len(built) == 1  # one bucket (M <= 16), one dtype
+    fused_linear(torch.randn(1, 64).to(DEVICE), prepared)
+    fused_linear(torch.randn(3, 64).to(DEVICE).half(), prepared)
+    assert len(built) == 3
+    with pytest.raises(ValueError, match="does not end in in_features=64"):
+        fused_linear(torch.randn(3, 65).to(DEVICE), prepared)
+    with pytest.raises(ValueError, match=r"bias must be a float tensor of shape \(32,\)"):
+        fused_linear(torch.randn(3, 64).to(DEVICE), prepared, torch.zeros(31).to(DEVICE))
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the PTX decode runs on NVIDIA GPUs only; the "
+                    "portable decode it must equal runs everywhere (tests above)")
+@pytest.mark.parametrize("m", (1, 16, 64))
+def test_ptx_decode_equals_the_portable_one(m: int) -> None:
+    """Same fp32 accumulator bits from the PTX bf16x2 decode and the integer / fp32 decode,
+    with every code and scale bytes 0..128 and 0xFF, tiled and row layouts, split-K 1 and 4."""
+    gen = torch.Generator().manual_seed(m)
+    n, k = 256, 1024
+    codes = torch.randint(0, 16, (n, k), generator=gen)
+    scales = torch.randint(0, 129, (n, k // 32), generator=gen)
+    scales[7, 3] = 255
+    w = weight("mxfp4", codes, scales).to(DEVICE)
+    prepared = KERNEL.prepare(w, SchemeContract(weight=wkey("mxfp4"), activation=None))
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16).to(DEVICE)
+    for split in (1, 4):
+        cfg = lm.MmaConfig(16 if m <= 16 else 64, 64, 256, split, 4, 3)
+        a = run(prepared, x, cfg, asm=True)
+        b = run(prepared, x, cfg, asm=False)
+        c = run(prepared, x, cfg, asm=True, tiled=False)
+        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+        assert torch.equal(a.nan_to_num(7.0), c.nan_to_num(7.0))
+        # and a second call (the launcher's direct path) gives the same bits again
+        assert torch.equal(run(prepared, x, cfg, asm=True).nan_to_num(7.0), a.nan_to_num(7.0))
