@@ -44,6 +44,8 @@ _EXPORTS = {
     "save_quantized": "registry.nn.checkpoint",
     "load_quantized": "registry.nn.checkpoint",
     "CheckpointError": "registry.nn.checkpoint",
+    "load_checkpoint": "registry.checkpoints.load",
+    "save_checkpoint": "registry.checkpoints.writer",
     "schemes_from_config": "registry.configs.hf_config",
     "quantize_model_from_config": "registry.nn.quantize_config",
 }

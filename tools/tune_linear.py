@@ -3,9 +3,10 @@
     python tools/tune_linear.py [--quick] [--out tune.json]
 
 Why a separate script: `registry bench` times what the resolver picks; this one times every
-strategy / config of the fast kernels (decode split-K and tiles, tiled, dequant-gemm, fp8 MMA,
-dot_scaled) so that the defaults in the kernel modules and the priority order in
-kernels/select/declarations.py are measured choices. Times are CUDA-graph replays cycling
+strategy / config of the fast kernels (the mma kernel, decode split-K and tiles, tiled,
+dequant-gemm, fp8 MMA, dot_scaled) so that the defaults (kernels/triton/linear_configs.py's
+TABLE, the kernel modules) and the priority order in kernels/select/declarations.py are
+measured choices. Times are CUDA-graph replays cycling
 through enough weight copies to defeat the L2 cache (registry.machine.bench's rule); the baseline is
 bf16 F.linear on the same shape in the same run. Prints one line per variant.
 """
@@ -27,6 +28,7 @@ from kernels.spec.contract import QuantKey, SchemeContract  # noqa: E402
 from kernels.triton.linear_decode import DecodeConfig  # noqa: E402
 from kernels.triton.linear_emulation import fused_linear  # noqa: E402
 from kernels.triton.linear_fp8_mma import MMAConfig, fp8_mma_linear  # noqa: E402
+from kernels.triton.linear_mma import MmaConfig  # noqa: E402
 from registry.machine.timing import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
 
 SHAPES = [(8192, 8192), (28672, 8192), (8192, 28672)]
@@ -100,11 +102,32 @@ def decode_configs(quick: bool) -> list[DecodeConfig]:
     return [DecodeConfig(*g) for g in (grid[:4] if quick else grid)]
 
 
+def mma_name(c: MmaConfig) -> str:
+    return (f"mma {c.block_m}x{c.block_n}x{c.block_k} s{c.split} w{c.warps} st{c.stages}"
+            f"{f' maxnreg{c.maxnreg}' if c.maxnreg else ''}")
+
+
+def mma_configs(m: int, quick: bool) -> list[MmaConfig]:
+    """The swap-AB tensor-core kernel's grid (2026-12-01 sweeps: docs/benchmarks.md)."""
+    C = MmaConfig
+    if m <= 16:
+        grid = [C(16, 64, 256, 4, 4, 3), C(16, 64, 256, 2, 4, 3), C(16, 64, 256, 8, 4, 3),
+                C(16, 32, 512, 4, 2, 3), C(16, 64, 512, 4, 4, 3), C(16, 128, 256, 4, 8, 3),
+                C(16, 64, 128, 8, 4, 4), C(16, 64, 256, 4, 4, 2, 80)]
+    elif m <= 64:
+        grid = [C(64, 128, 128, 4, 8, 4), C(64, 128, 256, 2, 8, 3), C(64, 128, 128, 4, 8, 3, 128),
+                C(64, 64, 128, 8, 4, 4), C(64, 128, 64, 4, 8, 4)]
+    else:
+        grid = [C(64, 128, 128, 4, 8, 3), C(128, 64, 128, 2, 4, 3), C(128, 128, 128, 4, 8, 3),
+                C(128, 128, 64, 4, 8, 4)]
+    return grid[:2] if quick else grid
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
-    ap.add_argument("--parts", default="decode,large,fp8,others")
+    ap.add_argument("--parts", default="mma,decode,large,fp8,others")
     args = ap.parse_args()
     dev = "cuda"
     parts = set(args.parts.split(","))
@@ -140,6 +163,9 @@ def main() -> None:
                         decode_configs(True)
                     variants += [(config_name(c), lambda x, p, c=c: fused_linear(
                                       x, p, strategy="decode", config=c)) for c in cfgs]
+                if m <= 128 and "mma" in parts:
+                    variants += [(mma_name(c), lambda x, p, c=c: fused_linear(
+                        x, p, strategy="mma", config=c)) for c in mma_configs(m, args.quick)]
                 if m >= 16 and "large" in parts:
                     variants += [("tiled", lambda x, p: fused_linear(x, p, strategy="tiled"))]
                     for t in [(128, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 128, 128, 8, 3)]:

@@ -39,17 +39,19 @@ def spec_key(args: Sequence[Any]) -> tuple:
 
 
 def launch(fn: Any, key: Hashable, grid: Sequence[int], args: Sequence[Any], *, num_warps: int,
-           num_stages: int) -> None:
+           num_stages: int, maxnreg: int = 0) -> None:
     """Run `fn[grid](*args, num_warps=, num_stages=)`; `args` are ALL of fn's parameters in
-    order (constexprs included), `key` their specialization (module docstring)."""
+    order (constexprs included), `key` their specialization (module docstring). `maxnreg`:
+    a register cap per thread (0: the compiler's choice)."""
+    opts = {"maxnreg": maxnreg} if maxnreg else {}
     if type(fn).__name__ == "InterpretedFunction":  # TRITON_INTERPRET=1: nothing compiled
-        fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages)
+        fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages, **opts)
         return
     device = driver.active.get_current_device()
-    memo = (fn, key, device, num_warps, num_stages)
+    memo = (id(fn), key, device, num_warps, num_stages, maxnreg)
     compiled = _COMPILED.get(memo)
     if compiled is None or _hooked():  # profilers' launch hooks: Triton's own path calls them
-        compiled = fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages)
+        compiled = fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages, **opts)
         if compiled is not None:
             with _LOCK:
                 _COMPILED[memo] = compiled

@@ -8,25 +8,24 @@ small config so CPU CI covers the paths the GPU takes.
 
 Weight families: "fp4" (packed mxfp4: the 32-bit word decode), "fp8" (mxfp8 E4M3 / E5M2: the
 hardware fp8 convert), "other" (mxfp6, mxint8, unpacked fp4: the generic exact decode).
-Shape classes: "wide" (N >= 2K: many output tiles, the M = 1 FMA decode streams best),
-"any".
+Measured on N x K = 8192 x 8192, 28672 x 8192 and 8192 x 28672, one row served all three.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from kernels.triton.linear_decode import GPU_FMA_CONFIG, GPU_FMA_CONFIG_8BIT, DecodeConfig
+from kernels.triton.linear_decode import GPU_FMA_CONFIG_8BIT, DecodeConfig
+from kernels.triton.linear_gemv import GemvConfig
 from kernels.triton.linear_mma import MmaConfig
 
 
 @dataclass(frozen=True)
 class Choice:
-    family: str  # "fp4" | "fp8" | "other" | "*"
+    family: str  # "fp4" | "fp8" | "other"
     m_max: int  # rows up to this (inclusive); rows past the last row: dequant-gemm / tiled
-    shape: str  # "wide" | "any"
-    strategy: str  # "decode" | "mma" | "dequant-gemm"
-    config: Optional[object]  # DecodeConfig / MmaConfig (None: the strategy's default)
+    strategy: str  # "gemv" | "mma" | "decode"
+    config: object  # GemvConfig / MmaConfig / DecodeConfig
 
 
 # H200, triton 3.6, bf16 activations, 2026-12-01 (.scratch experiments, docs/benchmarks.md):
@@ -34,25 +33,28 @@ _SMALL = MmaConfig(block_m=16, block_n=64, block_k=256, split=4, warps=4, stages
 _MID = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stages=4)
 _MID_8 = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stages=3)
 _SMALL_GENERIC = MmaConfig(block_m=16, block_n=64, block_k=128, split=4, warps=4, stages=3)
+_GEMV = GemvConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
 TABLE: tuple[Choice, ...] = (
-    # mxfp4, N = K = 8192: M <= 16 23.5 us (bf16 34) where the old decode took 27 / 45 us;
-    # 28672 x 8192 at M = 1: the FMA decode 66.9 us against 72 us for the mma kernel.
-    Choice("fp4", 1, "wide", "decode", GPU_FMA_CONFIG),
-    Choice("fp4", 16, "any", "mma", _SMALL),
-    Choice("fp4", 64, "any", "mma", _MID),  # 38.5 us (old: 70.9)
-    Choice("fp4", 128, "any", "mma", _MID_8),  # 70 us (dequant-gemm: 93)
+    # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
+    # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
+    # decode 27.4 / 66.6 / 88.4); M <= 16 mma 23.5 / 73 / 69 (old 45 / 131 / 142)
+    Choice("fp4", 1, "gemv", _GEMV),
+    Choice("fp4", 16, "mma", _SMALL),
+    Choice("fp4", 64, "mma", _MID),  # 38.5 / 137 / 111 us (old: 70.9 / 230 / 218)
+    Choice("fp4", 128, "mma", _MID_8),  # 70 / 242 / 211 us (dequant-gemm: 93 / 310 / 305)
     # mxfp8 via the fp8 convert: M = 1 / 16 / 64 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
-    Choice("fp8", 16, "any", "mma", _SMALL),
-    Choice("fp8", 64, "any", "mma", _MID_8),
+    Choice("fp8", 16, "mma", _SMALL),
+    Choice("fp8", 64, "mma", _MID_8),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)
-    Choice("other", 1, "any", "decode", GPU_FMA_CONFIG_8BIT),
-    Choice("other", 16, "any", "mma", _SMALL_GENERIC),
-    Choice("other", 64, "any", "mma", _MID_8),
+    Choice("other", 1, "decode", GPU_FMA_CONFIG_8BIT),
+    Choice("other", 16, "mma", _SMALL_GENERIC),
+    Choice("other", 64, "mma", _MID_8),
 )
 # Interpreter: the same strategies on small tiles (tails, split-K and the K loop all covered).
 INTERPRETER_MMA = MmaConfig(block_m=16, block_n=16, block_k=64, split=2, warps=1, stages=1)
-INTERPRETER_DECODE = DecodeConfig(block_n=16, block_k=64, split=2, warps=1, stages=1)
+INTERPRETER_DECODE = DecodeConfig(block_n=16, block_k=64, split=1, warps=1, stages=1)
+INTERPRETER_GEMV = GemvConfig(block_n=16, block_k=64, split=2, warps=1, stages=1)
 
 
 def weight_family(consts: dict) -> str:
@@ -64,15 +66,15 @@ def weight_family(consts: dict) -> str:
     return "other"
 
 
-def choose(family: str, m: int, n: int, k: int, interpreted: bool) -> Optional[Choice]:
+def choose(family: str, m: int, interpreted: bool) -> Optional[Choice]:
     """The first matching row (with the interpreter's config under TRITON_INTERPRET=1), or None
     past the table's M ranges (the caller's large-M strategy)."""
     for row in TABLE:
-        if row.family in (family, "*") and m <= row.m_max and (
-                row.shape == "any" or (row.shape == "wide" and n >= 2 * k)):
+        if row.family == family and m <= row.m_max:
             if interpreted:
-                cfg = INTERPRETER_MMA if row.strategy == "mma" else INTERPRETER_DECODE
-                return Choice(row.family, row.m_max, row.shape, row.strategy, cfg)
+                cfg = {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(
+                    row.strategy, INTERPRETER_DECODE)
+                return Choice(row.family, row.m_max, row.strategy, cfg)
             return row
     return None
 

@@ -225,24 +225,40 @@ def fast_fp4_scale(scales: Tensor) -> bool:
 
 def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
                   dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
-                  config: DecodeConfig) -> Tensor:
+                  config: DecodeConfig, remember: dict | None = None) -> Tensor:
     """Run the decode kernel for x2d [M <= 64, K] into `out` [M, N] (x's dtype or fp32), with
     `config` or the largest smaller one that fits the device's shared memory (kernels.triton.fit:
-    e.g. fp32 activations at M = 64 need half the K tile of bf16 ones on an H200)."""
+    e.g. fp32 activations at M = 64 need half the K tile of bf16 ones on an H200). `remember`:
+    a dict that an M = 1, split-K 1 launch fills for `run_remembered`."""
     m = x2d.shape[0]
     key = (x2d.device.index, max(16, triton.next_power_of_2(m)) if m > 1 else 1, in_kind,
            out_kind, dot_kind, precision, bias is not None, tuple(sorted(consts.items())))
     launch_fitting("triton-emulation decode", key, config,
                    lambda cfg: _launch_decode(x2d, out, cached, bias, consts, dot_kind, precision,
-                                              hw_cast, in_kind, out_kind, cfg),
+                                              hw_cast, in_kind, out_kind, cfg, remember),
                    lambda cfg: smaller_configs(cfg, stages="stages",
                                                blocks=(("block_k", 64), ("block_n", 16))))
     return out
 
 
+def run_remembered(x2d: Tensor, out: Tensor, bias: Tensor | None, plan: dict) -> None:
+    """One M = 1 launch with what `launch_decode(..., remember=plan)` kept from its first call
+    (the fitted config, constexprs, weight tensors): no per-call set-up but the pointers.
+    out: the output dtype's bits view (bf16 -> int16), as launch_decode takes it."""
+    xb = bits_view(x2d)
+    b = bias if bias is not None else plan["scales"]
+    key = (plan["key"], launcher.aligned(xb), x2d.stride(0) % 16 == 0, launcher.aligned(b),
+           out.dtype)
+    launcher.launch(_decode_linear_kernel, key, plan["grid"],
+                    (xb, plan["data"], plan["scales"], plan["s"], b, out, 1, plan["n"],
+                     plan["k"], plan["per_split"], x2d.stride(0), plan["data"].stride(0),
+                     plan["scales"].stride(0), out.stride(-2), 0) + plan["tail"],
+                    num_warps=plan["warps"], num_stages=plan["stages"])
+
+
 def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
                    dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
-                   config: DecodeConfig) -> None:
+                   config: DecodeConfig, remember: dict | None = None) -> None:
     m, k = x2d.shape
     n = out.shape[1]
     data, scales = cached["data"], cached["scales"]
@@ -279,9 +295,14 @@ def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, 
                  SPLIT=split, W_SPLIT=w_split, ACC2D=config.acc2d and not use_dot,
                  FP4_FAST=fp4_fast, FAST_SCALE=bool(packed_fp4 and fast_scale),
                  BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, **consts)
-    args = head + tuple(named[name] for name in _decode_linear_kernel.arg_names[len(head):])
-    launcher.launch_auto(_decode_linear_kernel, grid, args, num_warps=config.warps,
+    tail = tuple(named[name] for name in _decode_linear_kernel.arg_names[len(head):])
+    launcher.launch_auto(_decode_linear_kernel, grid, head + tail, num_warps=config.warps,
                          num_stages=config.stages)
+    if remember is not None and split == 1 and m == 1:  # what `run_remembered` needs
+        remember.update(grid=grid, tail=tail, data=data, scales=scales, s=head[3], n=n, k=k,
+                        per_split=per_split, warps=config.warps, stages=config.stages,
+                        key=launcher.intern((x2d.device.index, tail, data.stride(0),
+                                             scales.stride(0), n, k, per_split)))
     if split > 1:
         total = target.sum(dim=0)  # a fixed-order reduction: deterministic
         if bias is not None:

@@ -17,7 +17,8 @@ dispatcher's activation QDQ bit for bit, the weight decoded exactly, fp32 accumu
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
@@ -31,8 +32,10 @@ from kernels.dispatch import activation_qdq
 from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
-from kernels.triton import fit, launcher, linear_configs, linear_decode, linear_mma, mx_quant
+from kernels.triton import (fit, launcher, linear_configs, linear_decode, linear_gemv,
+                            linear_mma, mx_quant)
 from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
+from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.triton.linear_tiles import (  # noqa: F401  (ACT_* / DOT_*: part of this module's API)
     ACT_FP8_STATIC, ACT_MX, ACT_NONE, DOT_BF16, DOT_FP32, dot_choice, prepare_tensors,
 )
@@ -83,7 +86,7 @@ DECODE_LIMIT_M = 64  # the most rows the decode kernel takes (forced: tools/tune
 # M <= this: the weight read bounds the time, whatever kernel (linear_fp8_mma hands such calls
 # to this kernel's small-M strategies)
 DECODE_MAX_M = 16
-STRATEGIES = ("mma", "decode", "tiled", "dequant-gemm")
+STRATEGIES = ("gemv", "mma", "decode", "tiled", "dequant-gemm")
 # Tiled kernel (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); BLOCK_K a multiple of 64 keeps
 # fp4 bytes and fp6 words whole. H200 measurements: docs/benchmarks.md.
 GPU_TILE = (64, 128, 64, 4, 3)
@@ -94,10 +97,10 @@ _CACHE_KEY = "triton_emulation"
 
 
 def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Tensor | None,
-                 on_gpu: bool, consts: dict, n: int, k: int) -> tuple[str, object]:
+                 on_gpu: bool, consts: dict) -> tuple[str, object]:
     """(strategy, config) that runs M activation rows — all give the same numerics: the row of
     linear_configs.TABLE that matches, else dequant-gemm (bf16 on a GPU) or tiled."""
-    row = linear_configs.choose(linear_configs.weight_family(consts), m, n, k, not on_gpu)
+    row = linear_configs.choose(linear_configs.weight_family(consts), m, not on_gpu)
     if row is not None:
         return row.strategy, row.config
     if on_gpu and x_dtype == out_dtype == torch.bfloat16 and (
@@ -113,8 +116,10 @@ class _Plan:
     strategy: str
     config: object
     mma: Optional[linear_mma.MmaPlan]  # strategy "mma"
-    qdq: Optional[Callable]  # the activation QDQ run before the kernel (None: in-kernel / none)
+    qdq: Optional[Callable]  # x2d -> QDQ(x2d) before the kernel (None: in-kernel, or none)
     raw_x: bool
+    decode: dict = field(default_factory=dict)  # linear_decode.run_remembered's, once filled
+    gemv: Optional[linear_gemv.GemvPlan] = None  # strategy "gemv"
 
 
 def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: torch.dtype,
@@ -122,7 +127,7 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     n, k = prepared.out_features, prepared.in_features
     consts = cached["consts"]
     if strategy is None:
-        strategy, auto = strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, consts, n, k)
+        strategy, auto = strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, consts)
         config = config or auto
     if strategy not in STRATEGIES or (strategy == "decode" and m > DECODE_LIMIT_M):
         raise ValueError(f"{_NAME}: strategy {strategy!r} cannot run M={m}; one of {STRATEGIES} "
@@ -131,14 +136,27 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
             bias is None or bias.dtype == torch.bfloat16)):
         raise ValueError(f"{_NAME}: the dequant-gemm strategy takes bf16 x, output and bias "
                          f"only (got x {x.dtype}, out {out_dtype}); use 'tiled'")
-    if strategy != "mma":
+    if strategy == "gemv" and m != 1:
+        raise ValueError(f"{_NAME}: strategy 'gemv' runs one activation row, not M={m}")
+    if strategy not in ("mma", "gemv"):
         return _Plan(strategy, config, None, None, False)
     key = prepared.contract.activation
     qdq = None
+    if strategy == "gemv":  # the one row is QDQ'd inside the kernel
+        gemv = linear_gemv.gemv_plan(
+            cached, consts, n, k, KIND_OF_DTYPE[x.dtype], KIND_OF_DTYPE[out_dtype],
+            bias is not None, not _INTERPRETED, config or linear_configs.INTERPRETER_GEMV)
+        if gemv is not None:
+            return _Plan(strategy, config, None, None, False, gemv=gemv)
+        strategy, config = "mma", None  # not the word layout (e.g. a scale byte past 128)
     if consts["ACT_MODE"] != ACT_NONE and (m > 1 or not _INTERPRETED):
         # QDQ the rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel one)
         # rather than once per weight tile: H200 M = 1: 26 us against 53 us in-kernel
-        qdq = activation_qdq(key, backend="triton-qdq")
+        if key in MX_DYNAMIC_KEYS:  # its kernel, planned: no per-call checks
+            qdq = mx_quant.QdqPlan(key.format, key.scale.rounding, x.dtype, k)
+        else:
+            qdq = functools.partial(activation_qdq(key, backend="triton-qdq"),
+                                    act_scale=prepared.act_scale)
     act_mode = ACT_NONE if qdq is not None else consts["ACT_MODE"]
     dot_kind, precision = dot_choice(x.dtype, act_mode)
     raw_x = (not _INTERPRETED and act_mode == ACT_NONE and x.dtype == torch.bfloat16
@@ -176,6 +194,13 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     n = cached["n"]
     if bias is not None and not isinstance(bias, Tensor):
         check_bias(bias, n, x.device, _NAME)
+    if m == 0:  # nothing to run: the checks alone
+        check_input(x, prepared, _NAME)
+        check_bias(bias, n, x.device, _NAME)
+        if out_dtype not in KIND_OF_DTYPE:
+            raise ValueError(f"{_NAME}: out_dtype {out_dtype} is not float32, bfloat16 or "
+                             "float16")
+        return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
     pkey = (linear_configs.m_bucket(m), x.dtype, out_dtype, x.device,
             None if bias is None else (bias.dtype, bias.device, bias.shape))
     plans = cached["plans"]
@@ -193,17 +218,21 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
         plan = _plan(x, prepared, cached, m, out_dtype, bias, strategy, config)
         if strategy is None and config is None:
             plans[pkey] = plan
-    if m == 0:
-        return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
     if plan.strategy == "dequant-gemm":
         return _dequant_gemm(x2d, prepared, bias).view(*lead, n)
     out = torch.empty((m, n), dtype=out_dtype, device=x.device)
     bias32 = bias if bias is None or bias.dtype == torch.float32 else bias.float()
+    if plan.gemv is not None:
+        linear_gemv.run_gemv(plan.gemv, mx_quant.bits_view(x2d), mx_quant.bits_view(out), bias32)
+        return out.view(*lead, n)
     if plan.strategy == "mma":
         if plan.qdq is not None:
-            x2d = plan.qdq(x2d, prepared.act_scale)
+            x2d = plan.qdq(x2d)
         linear_mma.run_mma(plan.mma, x2d if plan.raw_x else mx_quant.bits_view(x2d),
-                           mx_quant.bits_view(out), bias32)
+                           out if plan.mma.raw_out else mx_quant.bits_view(out), bias32)
+        return out.view(*lead, n)
+    if plan.decode:
+        linear_decode.run_remembered(x2d, mx_quant.bits_view(out), bias32, plan.decode)
         return out.view(*lead, n)
     consts = dict(cached["consts"])
     dot_kind, precision = dot_choice(x.dtype, consts["ACT_MODE"])
@@ -218,7 +247,9 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
             x2d = activation_qdq(prepared.contract.activation, backend="triton-qdq")(
                 x2d, prepared.act_scale)
             consts["ACT_MODE"] = ACT_NONE
-        linear_decode.launch_decode(x2d, out, cached, bias32, consts, config=cfg, **launch)
+        linear_decode.launch_decode(x2d, out, cached, bias32, consts, config=cfg,
+                                    remember=plan.decode if m == 1 and strategy is None
+                                    and config is None else None, **launch)
     else:
         _launch_tiled(x2d, out, cached, bias32, consts, plan.config, **launch)
     return out.view(*lead, n)

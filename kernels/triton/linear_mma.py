@@ -24,11 +24,13 @@ same values; inline PTX does not interpret) and the dot takes fp32 operands.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.runtime import driver
 
 from kernels.triton import launcher
 from kernels.triton.launcher import aligned
@@ -175,7 +177,7 @@ def _mma_linear_kernel(
         W_SAT: tl.constexpr,
         DOT_KIND: tl.constexpr, DOT_PRECISION: tl.constexpr, HW_CAST: tl.constexpr,
         WORDS: tl.constexpr, ASM: tl.constexpr, TILED: tl.constexpr, FP8: tl.constexpr,
-        RAW_X: tl.constexpr, SPLIT: tl.constexpr,
+        RAW_OUT: tl.constexpr, RAW_X: tl.constexpr, SPLIT: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_M & (BLOCK_M - 1)) == 0, "BLOCK_M must be a power of two (tl.arange)")
@@ -229,12 +231,18 @@ def _mma_linear_kernel(
                                cache_modifier=".cg")
             if HAS_BIAS:
                 acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[:, None]
-            store_fp32(out_ptr + offs, acc, mask, OUT_KIND, HW_CAST)
+            if RAW_OUT:  # bf16 out as it is: the GPU's RNE convert
+                tl.store(out_ptr + offs, acc.to(tl.bfloat16), mask=mask)
+            else:
+                store_fp32(out_ptr + offs, acc, mask, OUT_KIND, HW_CAST)
             tl.atomic_xchg(lock_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
     else:
         if HAS_BIAS:
             acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[:, None]
-        store_fp32(out_ptr + offs, acc, mask, OUT_KIND, HW_CAST)
+        if RAW_OUT:
+            tl.store(out_ptr + offs, acc.to(tl.bfloat16), mask=mask)
+        else:
+            store_fp32(out_ptr + offs, acc, mask, OUT_KIND, HW_CAST)
 
 
 @dataclass(frozen=True)
@@ -245,6 +253,7 @@ class MmaConfig:
     split: int  # K slices (1: none)
     warps: int
     stages: int
+    maxnreg: int = 0  # register cap per thread (0: the compiler's); more programs per SM
 
 
 def mma_grid(m: int, n: int, k: int, cfg: MmaConfig) -> tuple[tuple[int, int, int], int]:
@@ -284,7 +293,33 @@ def tile_major(t: Tensor, rows: int, cols: int) -> Tensor:
     return t.reshape(-1, rows, c // cols, cols).permute(0, 2, 1, 3).contiguous().reshape(-1, cols)
 
 
-_LOCK_TILES = 1024  # output tiles a split-K launch may have (counters per weight, zeroed once)
+_LOCK_TILES = 1024  # output tiles a split-K launch may have
+_WORKSPACES: dict[tuple, tuple[Tensor, Tensor]] = {}
+_RETIRED: list[tuple[Tensor, Tensor]] = []  # outgrown workspaces a captured graph may still use
+
+
+def workspace(numel: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(fp32 partials of >= numel, int32 split-K counters, zero between launches) for the
+    current stream of `device`: kernels of one stream run one after another, so they share it
+    (no allocation per call); other streams get their own. Grown, never freed (a CUDA graph
+    captured earlier keeps pointing at it); not cached while a graph is being captured (that
+    memory belongs to the graph's pool)."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key: tuple = (index, driver.active.get_current_stream(index))
+    else:  # the interpreter: one stream
+        key = (device.type,)
+    ws = _WORKSPACES.get(key)
+    if ws is not None and ws[0].numel() >= numel:
+        return ws
+    grown = (torch.empty(max(numel, 1 << 18), dtype=torch.float32, device=device),
+             ws[1] if ws is not None else torch.zeros(_LOCK_TILES, dtype=torch.int32,
+                                                      device=device))
+    if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+        if ws is not None:
+            _RETIRED.append(ws)
+        _WORKSPACES[key] = grown
+    return grown
 
 
 @dataclass(frozen=True)
@@ -298,8 +333,8 @@ class MmaPlan:
     split: int
     data: Tensor
     scales: Tensor
-    s_arg: Tensor
-    lock: Tensor
+    act_scale: Optional[Tensor]
+    raw_out: bool  # `out` is passed as bf16, not as an int16 bits view
     n: int
     k: int
     head: tuple  # the constexprs, in the kernel's parameter order
@@ -314,13 +349,10 @@ def mma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, dot_kind: i
     grid, per_split = mma_grid(m_max, n, k, cfg)
     split = grid[2]
     if split > 1 and grid[0] * grid[1] > _LOCK_TILES:
-        cfg = MmaConfig(cfg.block_m, cfg.block_n, cfg.block_k, 1, cfg.warps, cfg.stages)
+        cfg = MmaConfig(cfg.block_m, cfg.block_n, cfg.block_k, 1, cfg.warps, cfg.stages,
+                        cfg.maxnreg)
         grid, per_split = mma_grid(m_max, n, k, cfg)
         split = 1
-    lock = cached.get("mma_lock")
-    if lock is None:
-        lock = cached.setdefault("mma_lock", torch.zeros(_LOCK_TILES, dtype=torch.int32,
-                                                         device=cached["scales"].device))
     data = cached["data"] if words is None else words
     scales = cached["scales"]
     if tiled and words is not None:
@@ -332,36 +364,38 @@ def mma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, dot_kind: i
     fp8 = (words is None and consts["W_BITS"] == 8 and not consts["W_IS_INT"]
            and consts["W_PACK"] == 0 and not consts["W_SAT"] and k % cfg.block_k == 0)
     scale = cached["act_scale"]
+    raw_out = out_kind == 1 and hw_cast  # bf16 output stored as bf16 (no int16 view)
     flags = dict(IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=has_bias, **consts,
                  DOT_KIND=dot_kind, DOT_PRECISION=precision, HW_CAST=hw_cast,
                  WORDS=words is not None, ASM=bool(asm and words is not None and dot_kind == 0),
-                 TILED=bool(tiled and words is not None), FP8=fp8, RAW_X=raw_x, SPLIT=split, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                 TILED=bool(tiled and words is not None), FP8=fp8, RAW_OUT=raw_out, RAW_X=raw_x, SPLIT=split, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  BLOCK_K=cfg.block_k)
     names = _mma_linear_kernel.arg_names
     head = tuple(flags[name] for name in names[names.index("IN_KIND"):])
-    return MmaPlan(cfg, grid[0], per_split, split, data, scales,
-                   scale if scale is not None else lock, lock, n, k, head,
+    return MmaPlan(cfg, grid[0], per_split, split, data, scales, scale, raw_out, n, k, head,
                    launcher.intern((data.device.index, head, data.stride(0), n, k)))
 
 
 def run_mma(plan: MmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
-    """One launch of `plan` for x2d [M, K] into `out` [M, N] (a bits view unless the plan feeds
-    bf16 x raw; out likewise: int16 / int32 views for bf16 / fp32)."""
+    """One launch of `plan` for x2d [M, K] into `out` [M, N]: x2d a bits view unless the plan
+    feeds bf16 x raw; out of the plan's output dtype, bf16 outputs as bf16 or as their int16
+    bits view (fp32: its int32 view, fp16 as it is)."""
     m = x2d.shape[0]
     cfg = plan.cfg
-    grid = (plan.grid_n, triton.cdiv(m, cfg.block_m), plan.split)
-    part = plan.lock
-    if plan.split > 1:
-        part = torch.empty(plan.split * grid[0] * grid[1] * cfg.block_n * cfg.block_m,
-                           dtype=torch.float32, device=x2d.device)
-    b = bias if bias is not None else plan.lock
+    if plan.raw_out != (out.dtype == torch.bfloat16):  # either form of a bf16 output is taken
+        out = out.view(torch.bfloat16 if plan.raw_out else torch.int16)
+    grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
+    part, lock = workspace(plan.split * grid[0] * grid[1] * cfg.block_n * cfg.block_m
+                           if plan.split > 1 else 1, x2d.device)
+    b = bias if bias is not None else lock
+    s_arg = plan.act_scale if plan.act_scale is not None else lock
     key = (plan.key, x2d.dtype, out.dtype, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b),
            aligned(out), out.stride(0) % 16 == 0)
     launcher.launch(_mma_linear_kernel, key, grid,
-                    (x2d, plan.data, plan.scales, plan.s_arg, b, out, part, plan.lock, m, plan.n,
+                    (x2d, plan.data, plan.scales, s_arg, b, out, part, lock, m, plan.n,
                      plan.k, plan.per_split, x2d.stride(0), plan.data.stride(0),
                      plan.scales.stride(0), out.stride(0)) + plan.head,
-                    num_warps=cfg.warps, num_stages=cfg.stages)
+                    num_warps=cfg.warps, num_stages=cfg.stages, maxnreg=cfg.maxnreg)
 
 
 def launch_mma(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,

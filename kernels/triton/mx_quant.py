@@ -284,6 +284,39 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
     return out
 
 
+class QdqPlan:
+    """`qdq` for one (format, rounding, x dtype, K) with its checks and constants done once: a
+    call is an output allocation and one direct launch (the linear kernels' activation QDQ,
+    where the host time of a call is the budget)."""
+
+    def __init__(self, fmt: ElemFormat | str, rounding: str, dtype: torch.dtype, k: int):
+        fmt = _format(fmt)
+        self.dtype, self.k = dtype, k
+        consts = format_constexprs(fmt)
+        consts.update(IN_KIND=KIND_OF_DTYPE[dtype],
+                      ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
+                      HW_CAST=not _INTERPRETED,
+                      **(INTERPRETER_TILE if _INTERPRETED else GPU_TILE))
+        names = _qdq_kernel.arg_names
+        self.tail = tuple(consts[name] for name in names[names.index("IN_KIND"):])
+        self.tile = INTERPRETER_TILE if _INTERPRETED else GPU_TILE
+        self.key = launcher.intern((self.tail, k, k % 16 == 0))
+
+    def __call__(self, x2d: torch.Tensor) -> torch.Tensor:
+        """x2d [R, K] (unit stride along K, the plan's dtype: the caller checked) -> QDQ(x2d)."""
+        r, k = x2d.shape
+        out = torch.empty((r, k), dtype=x2d.dtype, device=x2d.device)
+        if r:
+            grid = (triton.cdiv(r, self.tile["BLOCK_R"]), triton.cdiv(k, self.tile["BLOCK_K"]))
+            xb, ob = bits_view(x2d), bits_view(out)
+            sx = x2d.stride(0)
+            launcher.launch(_qdq_kernel, (self.key, launcher.aligned(xb), r == 1, r % 16 == 0,
+                                          sx == 1, sx % 16 == 0), grid,
+                            (xb, ob, r, k, sx, k) + self.tail, num_warps=GPU_WARPS,
+                            num_stages=3)
+        return out
+
+
 def qdq(x2d: torch.Tensor, fmt: ElemFormat, rounding: str) -> torch.Tensor:
     """dequantize(*quantize(x2d, fmt, rounding), out_dtype=x2d.dtype), bit for bit, in one
     fused kernel (codes never reach memory)."""

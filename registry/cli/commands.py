@@ -2,7 +2,8 @@
 
 A Command names two functions of its group's module: `add_arguments(parser)` and
 `run(args) -> exit code`. The groups: schemes.py (list, show, lint, schema: look-ups, no torch),
-resolving.py (resolve, resolve --from-config), matrix.py, bench.py, doctor.py. They are imported
+resolving.py (resolve, resolve --from-config), matrix.py, bench.py, doctor.py, inspect.py and
+quantize_checkpoint.py (checkpoints). They are imported
 to build the parser, so they import torch / triton (or anything slow) only inside `run`.
 A new command: its two functions in the module of its group, and one row here.
 """
@@ -12,7 +13,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from registry.cli import bench, doctor, matrix, resolving, schemes
+from registry.cli import bench, doctor, inspect, matrix, quantize_checkpoint, resolving, schemes
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,13 @@ COMMANDS: dict[str, Command] = _by_name([
                       "chosen, verified", matrix.matrix_arguments, matrix.matrix_command),
     Command("bench", "time each scheme's kernel against bf16 F.linear on this GPU",
             bench.bench_arguments, bench.bench_command),
+    Command("inspect", "read a quantized checkpoint (config.json + safetensors): layers, tensors, "
+                       "kernels, checks (exit 1 on findings)",
+            inspect.inspect_arguments, inspect.inspect_command),
+    Command("quantize-checkpoint", "quantize a bf16 / fp16 checkpoint shard by shard into a "
+                                   "producer's format (resumable)",
+            quantize_checkpoint.quantize_checkpoint_arguments,
+            quantize_checkpoint.quantize_checkpoint_command),
     Command("doctor", "check this machine: versions, which kernels run here, what was verified "
                       "here (exit 0 healthy, 1 problems)",
             doctor.doctor_arguments, doctor.doctor_command),

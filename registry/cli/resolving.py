@@ -100,9 +100,15 @@ def resolve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", metavar="K", help="use this kernel (of --kind) or fail")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--from-config", metavar="PATH",
-                   help="map every layer group of a Hugging Face config.json (Quark or "
-                        "compressed-tensors quantization_config) to a scheme and resolve it; "
-                        "exit 1 when a group maps to no scheme or does not resolve")
+                   help="map every layer group of a Hugging Face config.json (Quark, "
+                        "compressed-tensors, AutoRound or gpt-oss mxfp4 quantization_config) "
+                        "to a scheme and resolve it; exit 1 when a group maps to no scheme or "
+                        "does not resolve (--json: a refused config is one row with its error)")
+    p.add_argument("--tp", metavar="N", nargs="?", const="1,2,4,8", default=None,
+                   help="with --from-config: can each projection of a block (sized by the "
+                        "config) split N ways without cutting an MX block or a packed byte, "
+                        "and what padding fixes it (e.g. --tp 4, --tp 2,8; bare --tp: 1,2,4,8; "
+                        "--json then prints {\"groups\": [...], \"tp\": [...]})")
 
 
 def _resolve_one(scheme: Scheme, plat: Platform, args
@@ -168,6 +174,9 @@ def resolve_command(args: argparse.Namespace) -> int:
     if args.from_config is None and args.all == bool(args.scheme):
         raise UsageError("registry resolve: error: give one scheme NAME|ALIAS or --all "
                          "(or --from-config PATH)")
+    if args.tp is not None and args.from_config is None:
+        raise UsageError("registry resolve: error: --tp goes with --from-config PATH (for a "
+                         "checkpoint's stored shapes: `registry inspect DIR --tp`)")
     if args.from_config is not None and args.kind != "linear":
         raise UsageError("registry resolve: error: --from-config resolves the config's linear "
                          f"layers; drop --kind {args.kind}")
@@ -224,6 +233,28 @@ def _group_dict(g, res: Resolution | None, err: str | None) -> dict[str, Any]:
     return dict(g.to_dict(), **extra, candidates=r.get("candidates", []), error=err)
 
 
+def _refused_row(config: str, error: str, plat: Platform) -> dict[str, Any]:
+    """The `--json` row of a config refused as a whole (status "refused"), with the keys of a
+    group's row, so a reader needs no second shape."""
+    return {"config": config, "producer": None, "path": None, "kind": None, "targets": [],
+            "status": "refused", "scheme": None, "weight": None, "activation": None,
+            "error": error, "note": None, "line": None, "caveats": [], "platform": str(plat),
+            "kernel": None, "native": False, "fallback": False, "forced": False,
+            "deviations": [], "candidates": []}
+
+
+def _config_splits(args: argparse.Namespace) -> list:
+    """`--tp`: the split checks of every projection the config sizes (ValueError: bad --tp,
+    or a config without the model's sizes)."""
+    from registry.checkpoints.config_shapes import projection_shapes
+    from registry.checkpoints.tp import parse_tps, split_table
+    from registry.configs.hf_config import load_config
+
+    tps = parse_tps(args.tp)
+    src, data = load_config(args.from_config)
+    return split_table(projection_shapes(data, str(args.from_config)), tps)
+
+
 def _run_from_config(args: argparse.Namespace) -> int:
     """`resolve --from-config`: one row per config group, the candidates of each distinct
     scheme, then one line per group that did not map or resolve."""
@@ -236,12 +267,22 @@ def _run_from_config(args: argparse.Namespace) -> int:
     try:
         groups = schemes_from_config(args.from_config, catalog)
     except ConfigError as e:
-        print(f"registry: error: {e}".replace("\n", " "), file=sys.stderr)
+        error = str(e).replace("\n", " ")
+        print(f"registry: error: {error}", file=sys.stderr)
+        if args.json:  # a refusal is still JSON: one row, the groups' keys, the error
+            print_json([_refused_row(args.from_config, error, plat)])
         return 2 if e.unreadable else 1
+    try:
+        splits = _config_splits(args) if args.tp is not None else None
+    except ValueError as e:
+        print(f"registry: error: {e}", file=sys.stderr)
+        return 2
     results = _resolve_groups(groups, plat, args)
     errors = list(dict.fromkeys(err for _, _, err in results if err))
     if args.json:
-        print_json([_group_dict(*r) for r in results])
+        rows = [_group_dict(*r) for r in results]
+        print_json(rows if splits is None else
+                   {"groups": rows, "tp": [s.to_dict() for row in splits for s in row]})
         return 1 if errors else 0
     first = groups[0] if groups else None
     print(f"config: {first.source if first else args.from_config} "
@@ -264,6 +305,15 @@ def _run_from_config(args: argparse.Namespace) -> int:
         print(f"\ncandidates for {name} on {res.platform}, in priority order:")
         cand = [["->" if c.accepted else "  ", c.kernel, c.reason] for c in res.candidates]
         print(table(cand) if cand else "  (none)")
+    if splits:
+        print("\ntensor parallel, per block as the config sizes it (row: K split, K/tp a "
+              "multiple of 32; column: N split):")
+        print(table([["projection", "N x K", "split"] + [f"tp={s.tp}" for s in splits[0]]]
+                    + [[r[0].layer, f"{r[0].n}x{r[0].k}", r[0].kind] + [s.cell for s in r]
+                       for r in splits]))
+    for g in groups:
+        for c in g.caveats:
+            print(f"\nnote: {g.where}: {g.path}: {c}")
     for e in errors:
         print(f"\nerror: {e}")
     return 1 if errors else 0

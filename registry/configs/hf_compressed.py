@@ -9,11 +9,16 @@ QuantizationArgs: `num_bits`, `type` (float / int), `strategy` (group / tensor /
 `group_size`, `scale_dtype` (MX: uint8 holding e8m0 exponents), `dynamic` (bool or "local"),
 `symmetric`, `actorder`, `block_structure`; `observer*` only steer calibration.
 
-Scale rounding is not a field: compressed-tensors computes MX scales with `generate_mx_scales`
-= `round_to_power_2(amax)` (add half an ulp of E2M1's 1-bit mantissa, keep sign + exponent)
-then floor(log2) - emax. For mxfp4 that is the registry's `even` rule. For 8-bit elements it
-still rounds at E2M1's width (not at E4M3's 3 bits), which is none of floor / even / rceil, so
-MXFP8 groups are reported, not guessed.
+Scale rounding is not a field: compressed-tensors (0.20, quantization/utils/mxfp_utils.py)
+computes MX scales with `generate_mx_scales` = `round_to_power_2(amax)` (add half an ulp of the
+element's mantissa, keep sign + exponent) then floor(log2) - emax. `num_bits` 4 is E2M1 and 6 is
+E2M3, each rounded at its own mantissa width: the registry's `even`. 8 bits is E4M3 but still
+rounded at E2M1's width, which is none of floor / even / rceil: MXFP8 *activations* (rounded at
+run time) are refused; MXFP8 *weights* of a stored checkpoint (`*-quantized` format) map, since
+loading never re-rounds stored scales (hf_matching; the group carries a caveat that
+re-quantizing would differ). `scale_dtype` unset means e8m0 for weights only when the storage
+format is an MX one (`mxfp4-pack-quantized`, ...): the format describes the stored weights, never
+the activations (MXFP4xFP8's activations are FP8 per 128 in the model's dtype).
 """
 from __future__ import annotations
 
@@ -27,8 +32,8 @@ from registry.configs.json_lines import JsonPath
 
 E8M0_SCALE_DTYPES = ("torch.uint8", "uint8", "torch.float8_e8m0fnu", "float8_e8m0fnu")
 FP32_SCALE_DTYPES = (None, "torch.float32", "float32")
-ELEMENTS = {("float", 4): "fp4", ("float", 8): "fp8", ("int", 8): "int8"}
-MX_FORMATS = {"fp4": "mxfp4", "fp8": "mxfp8_e4m3", "int8": "mxint8"}
+ELEMENTS = {("float", 4): "fp4", ("float", 6): "fp6", ("float", 8): "fp8", ("int", 8): "int8"}
+MX_FORMATS = {"fp4": "mxfp4", "fp6": "mxfp6_e2m3", "fp8": "mxfp8_e4m3", "int8": "mxint8"}
 _GRANULARITY = {"group": "block", "tensor": "tensor", "token": "token"}
 _NO_KEY = {"channel": "one scale per output channel",
            "tensor_group": "two-level NVFP4-style scales: fp8 per 16 plus a global scale",
@@ -81,16 +86,21 @@ def read_args(args: Any, role: str, prefix: str, storage: Optional[str],
     elem = lookup(ELEMENTS, (kind, bits))
     if elem is None:
         b.problem("num_bits", raw_bits, f"with type {dump(kind)} has no registry element "
-                  "format (float 4 -> fp4, float 8 -> fp8 e4m3, int 8 -> int8)")
+                  "format (float 4 -> fp4, float 6 -> fp6 e2m3, float 8 -> fp8 e4m3, "
+                  "int 8 -> int8)")
     sdt = args.get("scale_dtype")
     if gran == "block":
-        _read_group(b, args, size, elem, sdt, storage)
+        stored = role == "weight" and args.get("dynamic", False) is False and \
+            isinstance(storage, str) and storage.endswith("-quantized")
+        _read_group(b, args, size, elem, sdt, storage, stored)
     elif gran is None:  # already reported: record the rest as written
+        stored = False
         b.fact("scale.block", size, b.said("group_size", raw_size))
         b.fact("scale.format", sdt, b.said("scale_dtype", sdt))
         b.fact("format", elem or bits, b.said("num_bits", raw_bits))
         b.fact("scale.rounding", None, b.said("strategy", strategy))
     else:
+        stored = False
         if size is not None:
             b.problem("group_size", raw_size, f"is set but strategy is {dump(strategy)}")
         b.fact("scale.block", size, b.said("group_size", raw_size))
@@ -129,36 +139,49 @@ def read_args(args: Any, role: str, prefix: str, storage: Optional[str],
     if args.get("block_structure") is not None:
         b.problem("block_structure", args.get("block_structure"), "(2-D block scales) has no "
                   "registry key")
-    return b.build()
+    return b.build(stored=stored)
+
+
+E2M1_WIDTH = "even at E2M1 width"
 
 
 def _read_group(b: SpecBuilder, args: Mapping, size: Any, elem: Optional[str], sdt: Any,
-                storage: Optional[str]) -> None:
+                storage: Optional[str], stored: bool) -> None:
+    mx_storage = isinstance(storage, str) and storage.startswith("mxfp")
+    implied = sdt is None and mx_storage and b.role == "weight"  # the format: weights only
+    e8m0 = sdt in E8M0_SCALE_DTYPES or implied
+    b.fact("scale.block", size, b.said("group_size", args.get("group_size")))
+    src = b.said("scale_dtype", sdt) + (f" (format {storage})" if implied else "")
+    b.fact("scale.format", "e8m0" if e8m0 else sdt, src)
+    bits = args.get("num_bits")
+    if not e8m0 and (size != 32 or sdt is None):  # not MX with one field off: say what it is
+        scales = "the model's dtype" if sdt is None else dump(sdt)
+        b.problem("scale_dtype", sdt, f"with strategy group, group_size {dump(size)}: "
+                  f"{elem or 'these'} elements with scales in {scales} per group are not OCP MX "
+                  "(e8m0 scales per 32); the registry has no key for them")
+        b.fact("format", "fp8_e4m3" if elem == "fp8" else elem or integral(bits),
+               b.said("num_bits", bits))
+        b.fact("scale.rounding", None, "(no rounding: scales are not e8m0)")
+        return
     if size != 32 or isinstance(size, bool):
         b.problem("group_size", args.get("group_size"), "but OCP MX blocks are 32 elements "
                   "(one e8m0 scale per 32)")
-    b.fact("scale.block", size, b.said("group_size", args.get("group_size")))
-    mx_storage = isinstance(storage, str) and storage.startswith("mxfp")
-    e8m0 = sdt in E8M0_SCALE_DTYPES or (sdt is None and mx_storage)
     if not e8m0:
         b.problem("scale_dtype", sdt, "but OCP MX scales are e8m0 exponents "
                   "(scale_dtype: \"torch.uint8\")")
-    src = b.said("scale_dtype", sdt) + (f" (format {storage})" if sdt is None else "")
-    b.fact("scale.format", "e8m0" if e8m0 else sdt, src)
     fmt = MX_FORMATS.get(elem) if elem else None
-    bits = args.get("num_bits")
     b.fact("format", fmt or elem or integral(bits), b.said("num_bits", bits))
-    rounding: Any = "even" if fmt == "mxfp4" else None
+    rounding: Any = "even" if fmt in ("mxfp4", "mxfp6_e2m3") else None
     if fmt == "mxfp8_e4m3":
-        rounding = "even at E2M1 width"
-        b.problem("num_bits", 8, "with type \"float\": compressed-tensors rounds MXFP8 scales "
-                  "at E2M1's mantissa width (generate_mx_scales), which is none of floor / "
-                  "even / rceil")
+        rounding = E2M1_WIDTH
+        if not stored:  # stored weight scales are never re-rounded (hf_matching)
+            b.problem("num_bits", 8, "with type \"float\": compressed-tensors rounds MXFP8 "
+                      "scales at E2M1's mantissa width, none of floor / even / rceil")
     elif fmt == "mxint8":
         b.problem("type", "int", "with strategy group: compressed-tensors has no MX scale rule "
                   "for int8 elements")
-    b.fact("scale.rounding", rounding, "implied: compressed-tensors generate_mx_scales "
-           "(round_to_power_2, then floor(log2) - emax)")
+    b.fact("scale.rounding", rounding, "implied: generate_mx_scales" if fmt != "mxfp8_e4m3"
+           else "implied: generate_mx_scales, at E2M1 width")
 
 
 def _target_problem(targets: Any) -> Optional[str]:

@@ -1,12 +1,15 @@
 """Map a Hugging Face `config.json` quantization_config to registry schemes, group by group.
 
 A producer (Quark: `registry.configs.hf_quark`, compressed-tensors:
-`registry.configs.hf_compressed`) reads its config into groups; each group is (the modules it
-targets, the producer's weight and input-activation specs read into the six QuantKey fields, its
-JSON path). A group maps to the catalog scheme whose *contract equals* the group's (names are
-never compared, so third-party schemes count). A group that maps to nothing gets one line naming
+`registry.configs.hf_compressed`, AutoRound: `registry.configs.hf_autoround`, gpt-oss's
+`quant_method: "mxfp4"`: `registry.configs.hf_gptoss`) reads its config into groups; each group
+is (the modules it targets, the producer's weight and input-activation specs read into the six
+QuantKey fields, its JSON path). A group maps to the catalog scheme whose *contract equals* the
+group's (names are never compared, so third-party schemes count), or, for weights the checkpoint
+stores with their scales, to the scheme equal in all but the weight's scale rounding, with a
+caveat (`registry.configs.hf_matching`). A group that maps to nothing gets one short line naming
 the file, the group's JSON path, the producer field that did not fit, and the nearest scheme
-(fewest differing key fields) with what differs. Excluded / ignored modules and parts no scheme
+(fewest differing key fields) with what differs, when the group is OCP MX-shaped. Excluded / ignored modules and parts no scheme
 covers (KV cache, algorithms) are listed, never dropped. A JSON number with an integral value
 reads as that integer (`"group_size": 32.0` is 32, as both producers read it;
 `hf_reading.integral`); text ("32") and booleans never do. A target two compressed-tensors
@@ -31,16 +34,22 @@ Nothing here imports torch.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from kernels.spec.contract import QuantKey, SchemeContract, activation_problems, plain_message
+from registry.configs.hf_autoround import METHODS as AUTOROUND_METHODS
+from registry.configs.hf_autoround import read_autoround
+from registry.configs.hf_autoround import target_rank as autoround_rank
 from registry.configs.hf_claims import ClaimError, decide, shared_targets
 from registry.configs.hf_compressed import read_compressed
 from registry.configs.hf_compressed import target_rank as compressed_rank
+from registry.configs.hf_gptoss import read_gptoss
+from registry.configs.hf_gptoss import target_rank as gptoss_rank
+from registry.configs.hf_matching import (exact_matches, hint, nearest_scheme, refusal,
+                                          stored_match)
 from registry.configs.hf_quark import read_quark
 from registry.configs.hf_quark import target_rank as quark_rank
 from registry.contract import Scheme
@@ -52,7 +61,17 @@ from registry.configs.hf_reading import (KEY_FIELDS, ConfigError, ConfigReading,
                                          field_path, key_path, lookup, regex_problem)
 from registry.configs.json_lines import JsonLines, JsonPath, JsonProblem, read_json_file
 
-PRODUCERS: tuple[str, ...] = ("quark", "compressed-tensors")
+PRODUCERS: tuple[str, ...] = ("quark", "compressed-tensors", "auto-round", "gpt-oss")
+#: the quant_method spellings read, as shown in the refusal of any other
+METHODS_SHOWN = 'quark, compressed-tensors, auto-round, mxfp4 (gpt-oss)'
+#: producer -> its rule of which entry claims a module (`ConfigGroup.target_rank`)
+_RANKS = {"quark": quark_rank, "compressed-tensors": compressed_rank,
+          "auto-round": autoround_rank, "gpt-oss": gptoss_rank}
+#: producer -> (what an absent weight / activation spec is written as)
+_ABSENT = {"quark": ("weight: null", "input_tensors: null"),
+           "compressed-tensors": ("weights: null", "input_activations: null"),
+           "auto-round": ("bits: 16", "act_bits: 16"),
+           "gpt-oss": ("quant_method: \"mxfp4\"", "quant_method: \"mxfp4\"")}
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,9 @@ class ConfigGroup:
     note: Optional[str] = None
     line: Optional[int] = None  # the line of the group (of the error's value when unmapped)
     target_lines: tuple[Optional[int], ...] = ()  # the line of each target, as `targets`
+    #: what a mapped group's user should know: e.g. stored weight scales whose producer
+    #: rounding differs from the scheme's (loading is exact; re-quantizing would differ)
+    caveats: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
@@ -118,8 +140,7 @@ class ConfigGroup:
 
     def target_rank(self, target: str, name: str, type_name: str = "Linear") -> Optional[int]:
         """How specifically one of this entry's targets claims module `name` (as match_rank)."""
-        rank_of = quark_rank if self.producer == "quark" else compressed_rank
-        return rank_of(self.kind, target, name, type_name)
+        return _RANKS[self.producer](self.kind, target, name, type_name)
 
     def to_dict(self) -> dict[str, Any]:
         c = self.contract
@@ -130,6 +151,7 @@ class ConfigGroup:
             "weight": str(c.weight) if c else None,
             "activation": str(c.activation) if c and c.activation else None,
             "error": self.error, "note": self.note, "line": self.line,
+            "caveats": list(self.caveats),
         }
 
 
@@ -197,92 +219,18 @@ def read_config(path_or_dict) -> tuple[ConfigSource, ConfigReading]:
         return src, read_quark(q, root, loc)
     if method == "compressed-tensors":
         return src, read_compressed(q, root, loc)
+    if isinstance(method, str) and method in AUTOROUND_METHODS:
+        return src, read_autoround(q, root, loc)
+    if method == "mxfp4":
+        return src, read_gptoss(q, root, loc)
     what = "missing" if method is None else f"{dump(method)} is not supported"
     at = src.where(loc + ("quant_method",))
-    raise ConfigError(f"{at}: {where}: {what}; supported producers: {', '.join(PRODUCERS)}")
+    raise ConfigError(f"{at}: {where}: {what}; supported quant_method values: {METHODS_SHOWN}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Mapping a group to a scheme
 # ---------------------------------------------------------------------------------------------
-
-def key_values(key: Optional[QuantKey]) -> Optional[dict[str, Any]]:
-    if key is None:
-        return None
-    s = key.scale
-    return {"format": key.format, "scale.format": s.format, "scale.granularity": s.granularity,
-            "scale.block": s.block, "scale.rounding": s.rounding, "static": s.static}
-
-
-def _show(key_field: str, value: Any) -> str:
-    if key_field == "static" and isinstance(value, bool):
-        return "static" if value else "dynamic"
-    if value is None:
-        return "none"
-    if isinstance(value, str) and len(value) <= 60 and value.isprintable() \
-            and not _reads_as_json(value):
-        return value
-    return dump(value)  # JSON spelling: true, 32.5, "32" (never 32 for the text "32")
-
-
-def _reads_as_json(text: str) -> bool:
-    """Whether bare `text` would read as a JSON value (32, true, null): then it is quoted."""
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
-@dataclass(frozen=True)
-class Difference:
-    role: str
-    key_field: str  # "" when the whole key is present on one side only
-    config: str
-    scheme: str
-    source: str
-
-    def __str__(self) -> str:
-        where = f"{self.role} {self.key_field}" if self.key_field else self.role
-        return f"{where}: {self.config} here ({self.source}), {self.scheme} in the scheme"
-
-
-def differences(spec: Optional[SpecReading], key: Optional[QuantKey], role: str,
-                absent_source: str) -> list[Difference]:
-    """Field-wise differences; a key present on one side only differs in all its fields."""
-    want = key_values(key)
-    if spec is None and want is None:
-        return []
-    if spec is None or want is None:
-        cfg = "none" if spec is None else "quantized"
-        src = absent_source if spec is None else spec.field
-        return [Difference(role, "", cfg, "none" if key is None else str(key), src)] * \
-            len(KEY_FIELDS)
-    return [Difference(role, k, _show(k, spec.facts[k].value), _show(k, want[k]),
-                       spec.facts[k].source)
-            for k in KEY_FIELDS if spec.facts[k].value != want[k]
-            or type(spec.facts[k].value) is not type(want[k])]
-
-
-def nearest_scheme(weight: Optional[SpecReading], activation: Optional[SpecReading],
-                   catalog: Catalog, absent: tuple[str, str] = ("weight", "input activation")
-                   ) -> Optional[tuple[Scheme, list[Difference]]]:
-    """The catalog scheme with the fewest differing key fields (then the first by name)."""
-    best = None
-    for s in sorted(catalog.schemes.values(), key=lambda s: s.name):
-        diffs = (differences(weight, s.weight, "weight", absent[0])
-                 + differences(activation, s.activation, "activation", absent[1]))
-        if best is None or len(diffs) < len(best[1]):
-            best = (s, diffs)
-    return best
-
-
-def _describe(diffs: list[Difference], shown: int = 3) -> str:
-    unique = list(dict.fromkeys(diffs))
-    more = len(unique) - shown
-    return "; ".join(str(d) for d in unique[:shown]) + (f"; and {more} more field(s)"
-                                                        if more > 0 else "")
-
 
 def _contract_of(weight: SpecReading, act: Optional[SpecReading]) -> tuple[
         Optional[SchemeContract], list[Problem]]:
@@ -309,7 +257,8 @@ def _contract_of(weight: SpecReading, act: Optional[SpecReading]) -> tuple[
     return SchemeContract(weight=keys[0], activation=keys[1]), []
 
 
-_STATIC_FIELD = {"input_tensors": "is_dynamic", "input_activations": "dynamic"}
+_STATIC_FIELD = {"input_tensors": "is_dynamic", "input_activations": "dynamic",
+                 "act": "act_dynamic"}
 
 
 def map_group(g: GroupReading, catalog: Catalog, src: ConfigSource, producer: str,
@@ -331,51 +280,54 @@ def map_group(g: GroupReading, catalog: Catalog, src: ConfigSource, producer: st
         problems = [(g.loc + (absent[0].split(":")[0],),
                      f"{absent[0]} but the group quantizes its inputs: activation-only "
                      "quantization has no registry scheme")]
+    memo = {} if memo is None else memo  # one config repeats a spec over many groups
+    if not problems and g.weight.stored:
+        sig = ("stored", _signature(g))
+        if sig not in memo:
+            memo[sig] = stored_match(g.weight, g.activation, catalog)
+        if memo[sig] is not None:
+            scheme, caveat = memo[sig]
+            return ConfigGroup(**base, scheme=scheme, contract=scheme.contract,
+                               line=src.line(g.loc), caveats=(caveat,) if caveat else ())
     if not problems:
         contract, problems = _contract_of(g.weight, g.activation)
-    memo = {} if memo is None else memo  # one config repeats a spec over many groups
     if contract is not None:
         matches = memo.get(str(contract))
         if matches is None:
-            matches = memo[str(contract)] = sorted(
-                (s for s in catalog.schemes.values() if s.contract == contract),
-                key=lambda s: s.name)
+            matches = memo[str(contract)] = exact_matches(contract, catalog)
         if matches:
             return ConfigGroup(**base, scheme=matches[0], contract=contract,
                                line=src.line(g.loc))
         problems = [(g.loc, f"no scheme in the catalog has this contract ({contract})")]
-    sig = repr([None if r is None else sorted(r.facts.items()) for r in (g.weight, g.activation)])
-    hint = memo.get(sig)
-    if hint is None:
-        near = nearest_scheme(g.weight, g.activation, catalog, absent)
-        hint = ""
-        if near is not None:
-            s, diffs = near
-            hint = (f"; nearest scheme {s.name} differs in {_describe(diffs)}" if diffs
-                    else f"; nearest scheme {s.name}")
-        memo[sig] = hint
+    sig = ("hint", _signature(g))
+    if sig not in memo:
+        memo[sig] = hint(g.weight, g.activation, catalog, absent)
     line = src.line(problems[0][0])
     where = src.shown if line is None else f"{src.shown}:{line}"
-    text = "; ".join(t for _, t in problems)
     return ConfigGroup(**base, contract=contract, line=line,
-                       error=f"{where}: {g.path}: {text}{hint}")
+                       error=refusal(where, g.path, problems, memo[sig]))
+
+
+def _signature(g: GroupReading) -> str:
+    return repr([None if r is None else sorted(r.facts.items())
+                 for r in (g.weight, g.activation)])
 
 
 def schemes_from_config(path_or_dict: Union[str, os.PathLike, Mapping[str, Any]],
                         catalog: Optional[Catalog] = None) -> list[ConfigGroup]:
     """Every group of a HF config (a config.json path, its directory, the parsed dict, or a
     bare quantization_config) with its scheme (`.scheme`), or why none fits (`.error`), and
-    the not-quantized / not-mapped entries (`.note`). ConfigError when the file cannot be
-    read as a Quark or compressed-tensors config. `catalog`: default `load_schemes()`."""
+    the not-quantized / not-mapped entries (`.note`; e.g. gpt-oss `modules_to_not_convert`),
+    and for a mapped group what loading vs re-quantizing means (`.caveats`). ConfigError when
+    the file cannot be read as a Quark, compressed-tensors, AutoRound or gpt-oss config.
+    `catalog`: default `load_schemes()`."""
     catalog = catalog if catalog is not None else load_schemes()
     src, reading = read_config(path_or_dict)
     readings = list(reading.groups)  # a target two config groups share: an error (hf_claims)
     for i, clash in shared_targets(reading, src.line).items():
         readings[i] = replace(readings[i], problems=(clash,) + readings[i].problems)
-    absent = {"quark": ("weight: null", "input_tensors: null"),
-              "compressed-tensors": ("weights: null", "input_activations: null")}
     memo: dict = {}
-    return [map_group(g, catalog, src, reading.producer, absent[reading.producer], memo)
+    return [map_group(g, catalog, src, reading.producer, _ABSENT[reading.producer], memo)
             for g in readings]
 
 

@@ -36,6 +36,9 @@ MX_DTYPES = {"fp4": "mxfp4", "fp6_e2m3": "mxfp6_e2m3", "fp6_e3m2": "mxfp6_e3m2",
              "fp8_e4m3": "mxfp8_e4m3", "fp8_e5m2": "mxfp8_e5m2", "int8": "mxint8"}
 PER_TENSOR_DTYPES = {"fp8_e4m3": "fp8_e4m3"}  # the registry's one non-MX element format
 ROUNDINGS = {None: "even", "even": "even", "floor": "floor", "enhanced": "rceil"}
+#: what Quark's `dtype: "mx"` spec (OCP_MXINT8Spec) leaves null and means: per group of
+#: group_size along ch_axis, e8m0 scales, computed on the tensor (weights: stored)
+_MX_IMPLIED = {"qscheme": "per_group", "scale_format": "e8m0"}
 _QSCHEMES = {"per_group": "block", "per_block": "block", "per_tensor": "tensor",
              "per_channel": "token"}
 
@@ -81,8 +84,11 @@ def read_spec(spec: Any, role: str, prefix: str, loc: JsonPath = ()) -> Optional
         return b.build()
 
     dtype, dsub = spec.get("dtype"), "dtype"
-    if dtype == "mx":
+    legacy_mx = dtype == "mx"  # Quark's OCP_MXINT8Spec spelling: only dtype, mx_element_dtype,
+    if legacy_mx:              # group_size, ch_axis and scale_calculation_mode take effect
         dtype, dsub = spec.get("mx_element_dtype"), "mx_element_dtype"
+        spec = {**_MX_IMPLIED, "is_dynamic": role == "activation",
+                **{k: v for k, v in spec.items() if v is not None}}
     qscheme = spec.get("qscheme")
     gran = lookup(_QSCHEMES, qscheme)
     if role == "weight" and qscheme == "per_channel":
@@ -96,7 +102,9 @@ def read_spec(spec: Any, role: str, prefix: str, loc: JsonPath = ()) -> Optional
     b.fact("scale.granularity", gran, b.said("qscheme", qscheme))
 
     sfmt = spec.get("scale_format")
-    if gran == "block":
+    if gran == "block" and not _mx_shaped(spec, dtype):
+        _read_block_not_mx(b, spec, dtype, dsub, sfmt)
+    elif gran == "block":
         _read_block(b, spec, dtype, dsub, sfmt)
     else:
         _read_per_tensor(b, spec, dtype, dsub, sfmt, qscheme)
@@ -105,10 +113,40 @@ def read_spec(spec: Any, role: str, prefix: str, loc: JsonPath = ()) -> Optional
     if not isinstance(dyn, bool):
         b.problem("is_dynamic", dyn, "must be true (scales computed at run time) or false "
                   "(scales stored in the checkpoint)")
-    b.fact("static", (not dyn) if isinstance(dyn, bool) else dyn, b.said("is_dynamic", dyn))
+    b.fact("static", (not dyn) if isinstance(dyn, bool) else dyn, b.said("is_dynamic", dyn)
+           + (" (implied by dtype \"mx\")" if legacy_mx else ""))
 
     _read_extras(b, spec, gran)
     return b.build()
+
+
+def _mx_shaped(spec: Mapping, dtype: Any) -> bool:
+    """An OCP MX spec with at most the block or the scale format off: e8m0 scales, or an MX
+    element type in blocks of 32 (then `write scale_format: "e8m0"` is the fix)."""
+    if spec.get("scale_format") == "e8m0":
+        return True
+    size = spec.get("block_size") if spec.get("qscheme") == "per_block" else \
+        spec.get("group_size")
+    size = [integral(d) for d in size] if isinstance(size, list) else integral(size)
+    return size in (32, [1, 32]) and lookup(MX_DTYPES, dtype) is not None
+
+
+def _read_block_not_mx(b: SpecBuilder, spec: Mapping, dtype: Any, dsub: str,
+                       sfmt: Any) -> None:
+    """Block scales that are not e8m0 per 32 (128 x 128 block FP8, fp32 group scales): one
+    problem saying what it is, never "write e8m0"."""
+    per_block = spec.get("qscheme") == "per_block"
+    sub = "block_size" if per_block else "group_size"
+    size = spec.get(sub)
+    scales = spec.get("scale_type") if sfmt is None else sfmt
+    what = (f"{dump(dtype)} in {dump(size)} blocks" if per_block
+            else f"{dump(dtype)} per group of {dump(size)}")
+    b.problem(sub, size, f"with {dump(scales)} scales: {what} is block-scaled, not OCP MX "
+              "(e8m0 scales per 1 x 32); the registry has no key for it")
+    b.fact("scale.block", size, b.said(sub, size))
+    b.fact("scale.format", sfmt, b.said("scale_format", sfmt))
+    b.fact("format", lookup(PER_TENSOR_DTYPES, dtype) or dtype, b.said(dsub, dtype))
+    b.fact("scale.rounding", None, "(no rounding: scales are not e8m0)")
 
 
 def _read_block(b: SpecBuilder, spec: Mapping, dtype: Any, dsub: str, sfmt: Any) -> None:

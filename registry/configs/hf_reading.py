@@ -108,10 +108,16 @@ class SpecReading:
     facts: Mapping[str, Fact]
     problems: tuple[Problem, ...] = ()  # (JSON path, one clause naming the producer field)
     loc: JsonPath = ()  # the spec's absolute JSON path
+    #: the checkpoint stores these values and their scales (a packed weight): the producer's
+    #: scale rounding never runs when loading, so it does not decide the scheme (hf_matching)
+    stored: bool = False
 
-    def key(self) -> QuantKey:
-        """The QuantKey (ValueError when the facts do not form one)."""
+    def key(self, rounding: Any = "(as read)") -> QuantKey:
+        """The QuantKey (ValueError when the facts do not form one); `rounding` replaces the
+        scale rounding read (a stored weight matched against a scheme's)."""
         f = {k: v.value for k, v in self.facts.items()}
+        if rounding != "(as read)":
+            f["scale.rounding"] = rounding
         return QuantKey(format=f["format"], scale=ScaleDesc(
             format=f["scale.format"], granularity=f["scale.granularity"],
             block=f["scale.block"], static=f["static"], rounding=f["scale.rounding"]))
@@ -127,8 +133,9 @@ class SpecBuilder:
         self.problems: list[Problem] = []
 
     def said(self, sub: str, raw: Any) -> str:
-        """`weight.group_size: 64`: the producer field as written."""
-        return f"{self.prefix}.{sub}: {dump(raw)}"
+        """`weight.group_size: 64`: the producer field as written (`group_size: 64` for a
+        producer whose fields are flat, prefix "")."""
+        return f"{field_path(self.prefix, sub)}: {dump(raw)}"
 
     def fact(self, key_field: str, value: Any, source: str) -> None:
         self.facts[key_field] = Fact(value, source)
@@ -140,12 +147,12 @@ class SpecBuilder:
         """A problem with the spec itself (not one of its fields)."""
         self.problems.append((self.loc, text))
 
-    def build(self) -> SpecReading:
+    def build(self, stored: bool = False) -> SpecReading:
         missing = [k for k in KEY_FIELDS if k not in self.facts]
         if missing:  # a producer bug, not a config problem
             raise AssertionError(f"{self.prefix}: key fields not read: {missing}")
         return SpecReading(self.role, self.prefix, dict(self.facts), tuple(self.problems),
-                           self.loc)
+                           self.loc, stored)
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,16 @@ ALLOWED = {
     ("kernels/spec/platform.py", "driver_version"): "the driver version is reported as unknown",
     ("registry/machine/bench.py", "plan_bench"): REPORTED + ": a skipped row with the reason",
     ("registry/cli/app.py", "main"): "usage errors, --help and closed pipes end the command",
+    ("registry/checkpoints/inspect.py", "_check_quantized"): REPORTED + ": a finding naming the "
+        "tensor (exit 1)",
+    ("registry/checkpoints/inspect.py", "_kernels"): REPORTED + ": the kernel cell says none and "
+        "resolve's reason",
+    ("registry/checkpoints/plan.py", "plan_checkpoint"): REPORTED + ": StoredLayer.problem, an "
+        "inspect finding / a load_checkpoint error",
+    ("registry/cli/inspect.py", "inspect_command"): REPORTED + ": one line (or JSON with the "
+        "error), exit 1 / 2",
+    ("registry/cli/quantize_checkpoint.py", "quantize_checkpoint_command"): REPORTED + ": one "
+        "line naming the file / tensor and the fix, exit 1",
     ("registry/cli/app.py", "_tolerant_output"): "an output stream without reconfigure stays as is",
     ("registry/cli/resolving.py", "_resolve_one"): REPORTED,
     ("registry/cli/resolving.py", "_run_from_config"): REPORTED + " (exit 1 / 2)",
@@ -179,8 +189,15 @@ ALLOWED = {
     ("registry/machine/probe.py", "read_record"):
         REPORTED + ": no record, or a warning naming the file",
     ("registry/configs/hf_config.py", "_contract_of"): REPORTED + ": the group's problem",
-    ("registry/configs/hf_config.py", "_reads_as_json"):
+    ("registry/configs/hf_matching.py", "_reads_as_json"):
         "answers whether a text reads as JSON (quoted)",
+    ("registry/configs/hf_matching.py", "stored_match"): "a key that cannot form is no stored "
+        "match: the group is then read exactly and its problem reported",
+    ("registry/configs/hf_autoround.py", "target_rank"): "an extra_config key that is no valid "
+        "regex claims only the layer it names exactly (auto-round skips such regexes)",
+    ("registry/configs/hf_gptoss.py", "read_gptoss"): REPORTED + ": the pattern's problem",
+    ("registry/configs/hf_gptoss.py", "skips"): "a pattern that does not compile claims "
+        "nothing; read_gptoss reports it",
     ("registry/lint/kernel_checks.py", "check_resolves"): REPORTED,
     ("registry/files/loader.py", "_read_scheme"): REPORTED,
     ("registry/files/loader.py", "_read_text"): REPORTED,

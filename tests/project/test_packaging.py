@@ -20,6 +20,9 @@ SCHEMES = {
     "w_mxfp6_e3m2", "w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp6_e3m2_a_fp8", "w_mxfp6_e2m3",
     "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp6_e2m3_a_fp8", "w_mxfp8_e4m3_a_mxfp8_e4m3", "w_mxfp8_e4m3",
     "w_mxint8_a_mxint8",
+    # AutoRound's floor / rceil activation roundings (issue 15)
+    "w_mxfp4_floor_a_mxfp4_floor", "w_mxfp4_floor_a_mxfp4_rceil",
+    "w_mxfp8_e4m3_floor_a_mxfp8_e4m3_floor", "w_mxfp8_e4m3_floor_a_mxfp8_e4m3_rceil",
 }
 
 

@@ -103,7 +103,7 @@ def test_contract_matches_reference(wkey: QuantKey, akey: QuantKey | None) -> No
 STRATEGY_CASES = [  # (strategy, M, split-K of the decode config or None)
     ("decode", 1, 1), ("decode", 1, 3), ("decode", 5, 1), ("decode", 16, 2), ("tiled", 3, None),
     ("tiled", 40, None), ("dequant-gemm", 2, None), ("dequant-gemm", 33, None), ("mma", 1, 1),
-    ("mma", 1, 3), ("mma", 7, 2), ("mma", 20, 1), ("mma", 20, 3)]
+    ("mma", 1, 3), ("mma", 7, 2), ("mma", 20, 1), ("mma", 20, 3), ("gemv", 1, 1), ("gemv", 1, 3)]
 STRATEGY_CONTRACTS = [
     (QuantKey.mx("mxfp4", rounding="even", static=True), None),
     (QuantKey.mx("mxfp4", rounding="even", static=True),
@@ -121,6 +121,7 @@ def test_every_strategy_matches_reference(strategy: str, m: int, split, wkey, ak
     """Forced strategies (and decode split-K slices) all give the oracle's numbers; dequant-gemm
     (bf16 only) returns bf16 from its GEMM, so it is compared after the oracle's own cast."""
     from kernels.triton.linear_decode import DecodeConfig
+    from kernels.triton.linear_gemv import GemvConfig
     from kernels.triton.linear_mma import MmaConfig
 
     gen = torch.Generator().manual_seed(seed_of(strategy, m, split, wkey, akey))
@@ -134,6 +135,8 @@ def test_every_strategy_matches_reference(strategy: str, m: int, split, wkey, ak
                                                   stages=1)
     if strategy == "mma":
         cfg = MmaConfig(block_m=16, block_n=16, block_k=64, split=split, warps=1, stages=1)
+    if strategy == "gemv":
+        cfg = GemvConfig(block_n=16, block_k=64, split=split, warps=1, stages=1)
     if strategy == "dequant-gemm":
         out = fused_linear(x, prepared, bias, strategy=strategy).float()
         # one bf16 rounding of the accumulator on both sides: <= 2**-8 relative per element
@@ -236,18 +239,18 @@ def test_strategy_choice_and_refusals() -> None:
     fp8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": False}
     int8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": True}
     assert [lc.weight_family(c) for c in (fp4, fp8, int8)] == ["fp4", "fp8", "other"]
-    assert le.strategy_for(1, bf, bf, None, True, fp4, 28672, 8192)[0] == "decode"  # wide: FMA
-    assert le.strategy_for(1, bf, bf, None, True, fp4, 8192, 8192)[0] == "mma"
-    assert le.strategy_for(128, bf, bf, None, True, fp4, 8192, 8192)[0] == "mma"
-    assert le.strategy_for(129, bf, bf, None, True, fp4, 8192, 8192)[0] == "dequant-gemm"
-    assert le.strategy_for(64, bf, bf, None, True, fp8, 8192, 8192)[0] == "mma"
-    assert le.strategy_for(65, bf, bf, None, True, fp8, 8192, 8192)[0] == "dequant-gemm"
-    assert le.strategy_for(1, bf, bf, None, True, int8, 8192, 8192)[0] == "decode"
-    assert le.strategy_for(65, f16, f16, None, True, int8, 64, 64)[0] == "tiled"
-    assert le.strategy_for(200, bf, bf, torch.zeros(4), True, fp4, 64, 64)[0] == "tiled"
-    assert le.strategy_for(200, bf, bf, None, False, fp4, 64, 64)[0] == "tiled"  # no GPU
+    assert le.strategy_for(1, bf, bf, None, True, fp4)[0] == "gemv"
+    assert le.strategy_for(2, bf, bf, None, True, fp4)[0] == "mma"
+    assert le.strategy_for(128, bf, bf, None, True, fp4)[0] == "mma"
+    assert le.strategy_for(129, bf, bf, None, True, fp4)[0] == "dequant-gemm"
+    assert le.strategy_for(64, bf, bf, None, True, fp8)[0] == "mma"
+    assert le.strategy_for(65, bf, bf, None, True, fp8)[0] == "dequant-gemm"
+    assert le.strategy_for(1, bf, bf, None, True, int8)[0] == "decode"
+    assert le.strategy_for(65, f16, f16, None, True, int8)[0] == "tiled"
+    assert le.strategy_for(200, bf, bf, torch.zeros(4), True, fp4)[0] == "tiled"
+    assert le.strategy_for(200, bf, bf, None, False, fp4)[0] == "tiled"  # no GPU
     # the interpreter takes the GPU's strategy with its own small config
-    strategy, cfg = le.strategy_for(16, bf, bf, None, False, fp4, 64, 64)
+    strategy, cfg = le.strategy_for(16, bf, bf, None, False, fp4)
     assert strategy == "mma" and cfg == lc.INTERPRETER_MMA
     assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 64, 65, 128, 129)] == \
         [1, 16, 16, 64, 64, 128, 128, 1 << 30]
@@ -255,6 +258,8 @@ def test_strategy_choice_and_refusals() -> None:
                               SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
                                              activation=None))
     x = torch.randn(20, 64).to(DEVICE)
+    with pytest.raises(ValueError, match="'gemv' runs one activation row"):
+        fused_linear(torch.randn(2, 64).to(DEVICE), prepared, strategy="gemv")
     with pytest.raises(ValueError, match="decode needs M <= 64"):
         fused_linear(torch.randn(65, 64).to(DEVICE), prepared, strategy="decode")
     with pytest.raises(ValueError, match="dequant-gemm strategy takes bf16"):

@@ -171,7 +171,7 @@ def test_lint_one_file_json(capsys):
                       "message": "must be 32 for e8m0 scales (OCP MX)"}]}
     rc, out, _ = run(capsys, "lint", "--json")
     data = json.loads(out)
-    assert rc == 0 and data["ok"] and data["findings"] == [] and len(data["checked"]) == 14
+    assert rc == 0 and data["ok"] and data["findings"] == [] and len(data["checked"]) == 18
 
 
 def test_lint_path_reports_clashes_with_the_configured_dirs(capsys, tmp_path):

@@ -65,7 +65,7 @@ def test_resolve_usage_errors(capsys, argv, needle):
 def test_resolve_all_and_matrix(capsys):
     code, out, _ = run(capsys, "resolve", "--all", "--platform", "cuda:sm90", "--json")
     data = json.loads(out)
-    assert code == 0 and len(data) == 14 and all(d["kernel"] for d in data)
+    assert code == 0 and len(data) == 18 and all(d["kernel"] for d in data)
     code, out, _ = run(capsys, "matrix", "--platform", "cuda:sm100")
     assert code == 0
     line = next(l for l in out.splitlines() if l.startswith("w_mxfp4_a_mxfp4 "))

@@ -105,11 +105,43 @@ def test_cli_default_platform(capsys):
     (["resolve", "--from-config", str(FIXTURES / "missing.json")], 2, "no such file"),
     (["resolve", "--from-config", str(FIXTURES / "broken_no_quantization_config.json")], 1,
      "no quantization_config"),
-    (["resolve", "--from-config", str(FIXTURES / "broken_unsupported_producer.json"), "--json"],
-     1, '"gptq" is not supported'),
     (["resolve", "--from-config", str(FIXTURES / "ct_mxfp4a16.json"), "--force", "fast"], 2,
      "unknown kernel 'fast'"),
 ])
 def test_cli_usage_and_unreadable(capsys, argv, code, needle):
     got, out, err = run(capsys, *argv)
     assert got == code and needle in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+@pytest.mark.parametrize("name,code", [("broken_unsupported_producer.json", 1),
+                                       ("broken_no_quantization_config.json", 1),
+                                       ("broken_not_json.json", 2)])
+def test_cli_json_of_a_refused_config(capsys, name, code):
+    """--json prints JSON even when the whole config is refused: one row with the keys of a
+    group's row, status "refused" and the error (also on stderr, one line)."""
+    path = str(FIXTURES / name)
+    got, out, err = run(capsys, "resolve", "--from-config", path, "--platform", "cpu", "--json")
+    (row,) = json.loads(out)
+    assert got == code and row["status"] == "refused" and row["error"] in err
+    assert row["error"].startswith(display_path(path) + ":") and len(err.splitlines()) == 1
+    _, ok, _ = run(capsys, "resolve", "--from-config", str(FIXTURES / "ct_mxfp4_w4a4.json"),
+                   "--platform", "cpu", "--json")
+    assert list(row) == list(json.loads(ok)[0])
+
+
+def test_cli_auto_round_and_gpt_oss(capsys, tmp_path):
+    """A producer-written gpt-oss config through the command line: the experts' stored-scale
+    caveat is a note (text) and a `caveats` entry (JSON)."""
+    pytest.importorskip("transformers")
+    from support.producer_configs import gptoss_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(gptoss_config(["lm_head", "model.layers.*.self_attn"])))
+    code, out, _ = run(capsys, "resolve", "--from-config", str(path), "--platform", "cuda:sm90")
+    assert code == 0 and "(gpt-oss)" in out and "w_mxfp4" in out
+    assert "\nnote: " in out and "re-quantizing from float with w_mxfp4" in out
+    code, out, _ = run(capsys, "resolve", "--from-config", str(path), "--platform", "cpu",
+                       "--json")
+    rows = json.loads(out)
+    assert code == 0 and rows[0]["scheme"] == "w_mxfp4" and len(rows[0]["caveats"]) == 1
+    assert [r["status"] for r in rows[1:]] == ["not quantized"] * 2

@@ -15,7 +15,7 @@ from registry.files.loader import ENV_VAR, SchemeDir, read_scheme_file, scheme_d
 
 from support.paths import BROKEN_SCHEMES, REPO
 
-W = "e8m0/b32:even:static"  # every shipped weight: static e8m0 block-32 scales, even rounding
+W = "e8m0/b32:even:static"  # static e8m0 block-32 scales, even rounding (all but the floor ones)
 A = "e8m0/b32:even:dynamic"  # every shipped MX activation: dynamic
 FP8 = "fp8_e4m3:fp32/tensor:static"
 
@@ -37,6 +37,17 @@ GOLDEN = {
     "w_mxfp8_e4m3_a_mxfp8_e4m3": (["mxfp8", "mxfp8_e4m3"], f"mxfp8_e4m3:{W}", f"mxfp8_e4m3:{A}"),
     "w_mxfp8_e4m3": (["mxfp8_e4m3_w8a16"], f"mxfp8_e4m3:{W}", None),
     "w_mxint8_a_mxint8": (["mxint8"], f"mxint8:{W}", f"mxint8:{A}"),
+    # AutoRound's MX presets: floor weights, floor or rceil run-time activations (issue 15)
+    "w_mxfp4_floor_a_mxfp4_floor": (["autoround_mxfp4"], "mxfp4:e8m0/b32:floor:static",
+                                    "mxfp4:e8m0/b32:floor:dynamic"),
+    "w_mxfp4_floor_a_mxfp4_rceil": (["autoround_mxfp4_rceil"], "mxfp4:e8m0/b32:floor:static",
+                                    "mxfp4:e8m0/b32:rceil:dynamic"),
+    "w_mxfp8_e4m3_floor_a_mxfp8_e4m3_floor": (["autoround_mxfp8"],
+                                              "mxfp8_e4m3:e8m0/b32:floor:static",
+                                              "mxfp8_e4m3:e8m0/b32:floor:dynamic"),
+    "w_mxfp8_e4m3_floor_a_mxfp8_e4m3_rceil": (["autoround_mxfp8_rceil"],
+                                              "mxfp8_e4m3:e8m0/b32:floor:static",
+                                              "mxfp8_e4m3:e8m0/b32:rceil:dynamic"),
 }
 
 VLLM_OCP_MX_SCHEMES = {  # vLLM's OCP_MX_Scheme names, kept exactly
