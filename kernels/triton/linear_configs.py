@@ -79,6 +79,21 @@ def choose(family: str, m: int, interpreted: bool) -> Optional[Choice]:
     return None
 
 
+def config_for(strategy: str, family: str, m: int, interpreted: bool) -> object:
+    """A strategy's config where the table did not pick it (a forced strategy without a config,
+    or gemv falling back to mma): the first row of that strategy and family that takes M rows,
+    else that strategy's last row for the family, else the strategy's generic default."""
+    if interpreted:
+        return {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(strategy,
+                                                                      INTERPRETER_DECODE)
+    rows = [r for r in TABLE if r.strategy == strategy and r.family == family]
+    row = next((r for r in rows if m <= r.m_max), rows[-1] if rows else None)
+    if row is not None:
+        return row.config
+    return {"mma": _SMALL_GENERIC if m <= 16 else _MID_8, "gemv": _GEMV}.get(strategy,
+                                                                          GPU_FMA_CONFIG_8BIT)
+
+
 def m_bucket(m: int) -> int:
     """The M ranges the table distinguishes (plans are cached per bucket)."""
     for top in (1, 16, 64, 128):
@@ -87,4 +102,4 @@ def m_bucket(m: int) -> int:
     return 1 << 30
 
 
-__all__ = ["Choice", "TABLE", "choose", "m_bucket", "weight_family"]
+__all__ = ["Choice", "TABLE", "choose", "config_for", "m_bucket", "weight_family"]

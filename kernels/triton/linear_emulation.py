@@ -142,10 +142,12 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
         return _Plan(strategy, config, None, None, False)
     key = prepared.contract.activation
     qdq = None
+    family = linear_configs.weight_family(consts)
     if strategy == "gemv":  # the one row is QDQ'd inside the kernel
         gemv = linear_gemv.gemv_plan(
             cached, consts, n, k, KIND_OF_DTYPE[x.dtype], KIND_OF_DTYPE[out_dtype],
-            bias is not None, not _INTERPRETED, config or linear_configs.INTERPRETER_GEMV)
+            bias is not None, not _INTERPRETED,
+            config or linear_configs.config_for("gemv", family, m, _INTERPRETED))
         if gemv is not None:
             return _Plan(strategy, config, None, None, False, gemv=gemv)
         strategy, config = "mma", None  # not the word layout (e.g. a scale byte past 128)
@@ -161,7 +163,7 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     dot_kind, precision = dot_choice(x.dtype, act_mode)
     raw_x = (not _INTERPRETED and act_mode == ACT_NONE and x.dtype == torch.bfloat16
              and dot_kind == DOT_BF16)
-    cfg = config or linear_configs.INTERPRETER_MMA
+    cfg = config or linear_configs.config_for("mma", family, m, _INTERPRETED)
     mma = linear_mma.mma_plan(
         cached, dict(consts, ACT_MODE=act_mode), n, k, linear_configs.m_bucket(m), dot_kind,
         precision, not _INTERPRETED, KIND_OF_DTYPE[x.dtype], KIND_OF_DTYPE[out_dtype],

@@ -153,6 +153,8 @@ def gemv_plan(cached: dict, consts: dict, n: int, k: int, in_kind: int, out_kind
               has_bias: bool, hw_cast: bool, cfg: GemvConfig) -> Optional[GemvPlan]:
     """The plan of an M = 1 call, or None where the word decode does not apply (not packed
     mxfp4, K not a multiple of the K tile, a scale byte past 128, saturation)."""
+    while k % cfg.block_k and cfg.block_k > 64:  # a K the tile does not divide: a smaller tile
+        cfg = GemvConfig(cfg.block_n, cfg.block_k // 2, cfg.split, cfg.warps, cfg.stages)
     words = fp4_words(cached, consts, k, cfg.block_k)
     if words is None or -(-n // cfg.block_n) > 1024:
         return None

@@ -13,8 +13,7 @@ CPU and returns the parsed config.json:
 - `quark_configs()`: amd-quark's own `QConfig.to_dict()` plus its exporter's `export` block.
   Importing quark.torch takes ~50 s, so its output is kept in tests/data/hf_configs/producers/
   (`python tests/support/producer_configs.py` rewrites those files;
-  tests/registry/configs/test_producer_configs.py compares them with a fresh run when
-  REGISTRY_TEST_QUARK=1).
+  tests/registry/configs/test_producer_configs.py compares them with a fresh run).
 """
 from __future__ import annotations
 

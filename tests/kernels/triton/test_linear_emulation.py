@@ -252,6 +252,12 @@ def test_strategy_choice_and_refusals() -> None:
     # the interpreter takes the GPU's strategy with its own small config
     strategy, cfg = le.strategy_for(16, bf, bf, None, False, fp4)
     assert strategy == "mma" and cfg == lc.INTERPRETER_MMA
+    # a strategy the table did not pick for this M still gets a measured config on a GPU
+    assert lc.config_for("mma", "fp4", 1, False) == lc.TABLE[1].config  # the M <= 16 row
+    assert lc.config_for("gemv", "fp4", 1, False) == lc.TABLE[0].config
+    assert lc.config_for("mma", "other", 500, False) == lc.TABLE[-1].config  # its last row
+    assert lc.config_for("mma", "fp8", 1, True) == lc.INTERPRETER_MMA
+    assert lc.config_for("gemv", "other", 1, False) == lc.TABLE[0].config  # no gemv row there
     assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 64, 65, 128, 129)] == \
         [1, 16, 16, 64, 64, 128, 128, 1 << 30]
     prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),

@@ -227,6 +227,20 @@ def test_planned_launches_match_the_reference_call_after_call(wname: str, akey) 
         assert all(plan.decode for plan in m1 if plan.strategy == "decode")
 
 
+def test_gemv_takes_a_smaller_k_tile_where_k_needs_it() -> None:
+    """A measured K tile of 256 on a layer with K = 128 or 192: the plan halves the tile (down
+    to 64) instead of falling back to another kernel; K = 96 has no such tile: no plan."""
+    from kernels.triton.linear_gemv import GemvConfig, gemv_plan
+
+    for k, tile in ((128, 128), (192, 64), (96, None)):
+        prepared = KERNEL.prepare(torch.randn(32, k).to(DEVICE),
+                                  SchemeContract(weight=wkey("mxfp4"), activation=None))
+        cached = prepared.cache["triton_emulation"]
+        plan = gemv_plan(cached, cached["consts"], 32, k, 1, 1, False, False,
+                         GemvConfig(block_n=16, block_k=256, split=4, warps=4, stages=3))
+        assert (plan.cfg.block_k if plan is not None else None) == tile
+
+
 # numpy (the interpreter) warns about the Inf arithmetic this test makes on purpose
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
