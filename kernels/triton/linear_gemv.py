@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from kernels.triton import launcher
-from kernels.triton.linear_mma import fp4_words, tile_major, workspace
+from kernels.triton.fp4_words import fp4_words, tile_major
+from kernels.triton.linear_mma import workspace
 from kernels.triton.mx_codec import act_tile, e8m0_value, pow2, store_fp32
 
 

@@ -5,8 +5,8 @@ to the tensor cores without a detour. This kernel
 - puts the weight on the MMA's wide side ("swap AB"): BLOCK_N weight rows fill the 64-row
   side of Hopper's wgmma, the M activation rows (1..BLOCK_M) the narrow side, so M = 1..64 runs
   on tensor cores like large M does;
-- decodes mxfp4 from 32-bit words (`fp4_word_layout`, made once at prepare: 8 codes per word in
-  the order the decoder emits them), two codes per instruction as bf16x2 (`_fp4_word_bf16`):
+- decodes mxfp4 from 32-bit words (fp4_words.py: made once at prepare, 8 codes per word in the
+  order the decoder emits them, tile-major), two codes per instruction as bf16x2 in PTX:
   an e2m1 nibble shifted into a bf16's low exponent / mantissa bits reads as value * 2**-126
   (an e2m1 subnormal lands on a bf16 subnormal), and one bf16x2 multiply by 2**126 * 2**(E-127)
   fixes the bias and applies the block scale at once (exact: a power of two; E <= 128, checked
@@ -18,8 +18,8 @@ to the tensor cores without a detour. This kernel
 Numerics: those of the other emulation strategies (linear_tiles.py docstring): the activation
 tile is the dispatcher's QDQ bit for bit (`act_tile`), the weight values exact, fp32
 accumulation; only the summation order differs from `reference-emulation`. Under
-TRITON_INTERPRET=1 the word decode runs as plain integer / fp32 Triton (`_fp4_word_fp32`, the
-same values; inline PTX does not interpret) and the dot takes fp32 operands.
+TRITON_INTERPRET=1 the word decode runs as plain integer / fp32 Triton (fp4_words.py, the same
+values; inline PTX does not interpret) and the dot takes fp32 operands.
 """
 from __future__ import annotations
 
@@ -33,107 +33,9 @@ from torch import Tensor
 from triton.runtime import driver
 
 from kernels.triton import launcher
+from kernels.triton.fp4_words import fp4_word_tile, fp4_words, tile_major
 from kernels.triton.launcher import aligned
-from kernels.triton.mx_codec import (act_tile, e8m0_value, nan_like, pow2, store_fp32,
-                                     weight_tile)
-
-# Code j of a word's 8 (element 8w + j) sits at nibble WORD_NIBBLE[j]: the decoder makes bf16x2
-# pair p from nibbles p and p + 4 (one shift serves both halves), emitting elements 2p, 2p + 1.
-WORD_NIBBLE = (0, 4, 1, 5, 2, 6, 3, 7)
-
-
-def fp4_word_layout(data: Tensor) -> Tensor:
-    """Packed mxfp4 codes [N, K/2] uint8 (element 2i in the low nibble) -> int32 words [N, K/8]
-    holding elements 8w..8w+7 at nibbles WORD_NIBBLE (K a multiple of 8)."""
-    n, half_k = data.shape
-    if half_k % 4:
-        raise ValueError(f"fp4_word_layout: K={2 * half_k} is not a multiple of 8")
-    codes = torch.stack((data & 0xF, data >> 4), dim=-1).reshape(n, half_k // 4, 8).to(torch.int64)
-    word = torch.zeros((n, half_k // 4), dtype=torch.int64, device=data.device)
-    for j, nib in enumerate(WORD_NIBBLE):
-        word |= codes[..., j] << (4 * nib)
-    return (word - ((word >> 31) << 32)).to(torch.int32)  # two's complement view of the u32
-
-
-@triton.jit
-def _fp4_word_bf16(words, sword):
-    """8 bf16 tensors (elements 8w + j, j = 0..7) of int32 words in `fp4_word_layout`, each times
-    its block scale; `sword` holds the scale as bf16x2 2**126 * 2**(E - 127) (0xFF: NaN)."""
-    return tl.inline_asm_elementwise(
-        """
-        {
-        .reg .b32 a, b, w;
-        shl.b32 a, $8, 6;  shl.b32 b, $8, 12; and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
-        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$0, $1}, w;
-        shl.b32 a, $8, 2;  shl.b32 b, $8, 8;  and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
-        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$2, $3}, w;
-        shr.b32 a, $8, 2;  shl.b32 b, $8, 4;  and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
-        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$4, $5}, w;
-        shr.b32 a, $8, 6;  and.b32 a, a, 0x01C001C0; and.b32 b, $8, 0x80008000;
-        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$6, $7}, w;
-        }
-        """,
-        "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [words, sword],
-        dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
-
-
-@triton.jit
-def _fp4_word_fp32(words, sfac):
-    """The values of `_fp4_word_bf16` in fp32 with integer / fp32 Triton ops (the interpreter's
-    path; also the oracle of the PTX one): nibble -> fp32 fields (value * 2**-126) -> * sfac."""
-    out0 = (((words << 28) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
-    out1 = (((words << 12) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
-    out2 = (((words << 24) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
-    out3 = (((words << 8) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
-    out4 = (((words << 20) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
-    out5 = (((words << 4) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
-    out6 = (((words << 16) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
-    out7 = ((words >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
-    return out0, out1, out2, out3, out4, out5, out6, out7
-
-
-@triton.jit
-def _join8(o0, o1, o2, o3, o4, o5, o6, o7, R: tl.constexpr, W: tl.constexpr):
-    """Eight [R, W] tensors -> [R, 8W], element 8w + j from o_j[:, w]."""
-    evens = tl.join(tl.join(o0, o4), tl.join(o2, o6))  # [R, W, 2, 2]: o0 o2 o4 o6
-    odds = tl.join(tl.join(o1, o5), tl.join(o3, o7))
-    return tl.reshape(tl.join(evens, odds), [R, 8 * W])
-
-
-@triton.jit
-def _fp4_word_tile(words_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk, ASM: tl.constexpr,
-                   TILED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """An mxfp4 weight tile [BLOCK_N, BLOCK_K] from `fp4_word_layout` words: bf16 (ASM) or fp32,
-    exact; every block scale byte <= 128 or 0xFF (the host checks); K % BLOCK_K == 0.
-    TILED: words and scale bytes stored tile by tile (`tile_major`), each tile one contiguous
-    run of memory."""
-    NW: tl.constexpr = BLOCK_K // 8
-    NB: tl.constexpr = BLOCK_K // 32
-    if TILED:
-        tile = (pid_n * (K // BLOCK_K) + kk).to(tl.int64)
-        r = tl.arange(0, BLOCK_N)
-        words = tl.load(words_ptr + tile * (BLOCK_N * NW) + r[:, None] * NW
-                        + tl.arange(0, NW)[None, :])
-        sbyte = tl.load(scale_ptr + tile * (BLOCK_N * NB) + r[:, None] * NB
-                        + tl.arange(0, NB)[None, :]).to(tl.int32)
-    else:
-        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rows_c = tl.minimum(rows, N - 1).to(tl.int64)  # clamped: in bounds, masked at the store
-        words = tl.load(words_ptr + rows_c[:, None] * stride_d + kk * NW
-                        + tl.arange(0, NW)[None, :])
-        sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + kk * NB
-                        + tl.arange(0, NB)[None, :]).to(tl.int32)
-    if ASM:
-        half = tl.where(sbyte == 255, 0x7FC0, (sbyte + 126) << 7)  # bf16 2**(E - 1); NaN
-        sword = tl.reshape(tl.broadcast_to((half | (half << 16))[:, :, None], [BLOCK_N, NB, 4]),
-                           [BLOCK_N, NW])
-        o0, o1, o2, o3, o4, o5, o6, o7 = _fp4_word_bf16(words, sword)
-    else:
-        fac = tl.where(sbyte == 255, nan_like(sbyte), pow2(tl.minimum(sbyte, 128) - 1))
-        sfac = tl.reshape(tl.broadcast_to(fac[:, :, None], [BLOCK_N, NB, 4]), [BLOCK_N, NW])
-        o0, o1, o2, o3, o4, o5, o6, o7 = _fp4_word_fp32(words, sfac)
-    return _join8(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, NW)
-
+from kernels.triton.mx_codec import act_tile, e8m0_value, nan_like, store_fp32, weight_tile
 
 @triton.jit
 def _fp8_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, E5: tl.constexpr,
@@ -201,7 +103,7 @@ def _mma_linear_kernel(
                          A_BIAS, A_EMAX, A_MAX_NORMAL, A_MAXN_MANT, A_MAXN_SUB, A_IS_INT,
                          A_ROUNDING, HW_CAST, BLOCK_M, BLOCK_K)
         if WORDS:
-            w = _fp4_word_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
+            w = fp4_word_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, K, pid_n, kk,
                                ASM, TILED, BLOCK_N, BLOCK_K)
         elif FP8:
             w = _fp8_tile(w_data_ptr, w_scale_ptr, stride_wd, stride_ws, N, pid_n, kk,
@@ -263,34 +165,6 @@ def mma_grid(m: int, n: int, k: int, cfg: MmaConfig) -> tuple[tuple[int, int, in
     per_split = triton.cdiv(tiles, split)
     split = triton.cdiv(tiles, per_split)
     return (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), split), per_split
-
-
-def fp4_words(cached: dict, consts: dict, k: int, block_k: int) -> Tensor | None:
-    """The weight as `fp4_word_layout` words when the short decode applies (packed mxfp4, K a
-    multiple of the K tile, no saturation, every scale byte <= 128 or 0xFF), else None. Made once
-    per weight (the scale check is a device sync: at the first call, never again)."""
-    if consts["W_PACK"] != 1 or consts["W_BITS"] != 4 or consts["W_SAT"] or k % block_k:
-        return None
-    words = cached.get("mma_fp4_words", False)
-    if words is False:
-        from kernels.triton.linear_decode import fast_fp4_scale
-
-        ok = fast_fp4_scale(cached["scales"])
-        words = cached.setdefault("mma_fp4_words", fp4_word_layout(cached["data"]) if ok else None)
-    return words
-
-
-def tile_major(t: Tensor, rows: int, cols: int) -> Tensor:
-    """[R, C] -> the same values tile by tile: tile (i, j) = t[i*rows:(i+1)*rows, j*cols:...]
-    as one contiguous [rows, cols] run, tiles in (i, j) order; R is padded with zero rows up to
-    a multiple of `rows` (C must be a multiple of `cols`)."""
-    r, c = t.shape
-    if c % cols:
-        raise ValueError(f"tile_major: {c} columns are not a multiple of the tile's {cols}")
-    pad = -r % rows
-    if pad:
-        t = torch.cat((t, t.new_zeros((pad, c))))
-    return t.reshape(-1, rows, c // cols, cols).permute(0, 2, 1, 3).contiguous().reshape(-1, cols)
 
 
 _LOCK_TILES = 1024  # output tiles a split-K launch may have
@@ -408,5 +282,5 @@ def launch_mma(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, cons
     run_mma(plan, x2d, out, bias)
 
 
-__all__ = ["MmaConfig", "MmaPlan", "WORD_NIBBLE", "fp4_word_layout", "fp4_words", "launch_mma",
-           "mma_grid", "mma_plan", "run_mma"]
+__all__ = ["MmaConfig", "MmaPlan", "launch_mma", "mma_grid", "mma_plan", "run_mma",
+           "workspace"]

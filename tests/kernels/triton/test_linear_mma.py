@@ -17,6 +17,7 @@ from kernels.reference.packing import pack_codes
 from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.spec.formats import FORMATS
 from kernels.triton import linear_emulation as le
+from kernels.triton import fp4_words as fw
 from kernels.triton import linear_mma as lm
 from kernels.triton.linear_emulation import fused_linear
 from kernels.triton.linear_tiles import dot_choice
@@ -72,17 +73,17 @@ def test_fp4_word_layout_puts_each_code_at_its_nibble() -> None:
     gen = torch.Generator().manual_seed(1)
     codes = torch.randint(0, 16, (5, 64), generator=gen)
     data = pack_codes(codes.to(torch.uint8), FORMATS["mxfp4"], "packed")
-    words = lm.fp4_word_layout(data).to(torch.int64) & 0xFFFFFFFF
+    words = fw.fp4_word_layout(data).to(torch.int64) & 0xFFFFFFFF
     assert words.shape == (5, 8) and words.dtype == torch.int64
-    for j, nib in enumerate(lm.WORD_NIBBLE):
+    for j, nib in enumerate(fw.WORD_NIBBLE):
         assert torch.equal((words >> (4 * nib)) & 0xF, codes[:, j::8])
     with pytest.raises(ValueError, match="not a multiple of 8"):
-        lm.fp4_word_layout(data[:, :2])
+        fw.fp4_word_layout(data[:, :2])
 
 
 def test_tile_major_stores_each_tile_contiguously() -> None:
     t = torch.arange(5 * 6).reshape(5, 6)
-    tiled = lm.tile_major(t, 2, 3)  # 3 row tiles (one padded) x 2 column tiles
+    tiled = fw.tile_major(t, 2, 3)  # 3 row tiles (one padded) x 2 column tiles
     assert tiled.shape == (3 * 2 * 2, 3)
     for i in range(3):
         for j in range(2):
@@ -91,7 +92,7 @@ def test_tile_major_stores_each_tile_contiguously() -> None:
             want[: block.shape[0]] = block
             assert torch.equal(tiled[(i * 2 + j) * 2: (i * 2 + j) * 2 + 2], want)
     with pytest.raises(ValueError, match="not a multiple"):
-        lm.tile_major(t, 2, 4)
+        fw.tile_major(t, 2, 4)
 
 
 @pytest.mark.parametrize("tiled", (False, True), ids=("rows", "tiled"))

@@ -1,0 +1,145 @@
+"""mxfp4 weights as 32-bit words of 8 codes: the layout (made once at prepare), its decoders
+(PTX bf16x2 on a GPU, integer / fp32 Triton in the interpreter — the same values) and the
+tile-major arrangement the fast linear kernels read (linear_mma.py, linear_gemv.py).
+
+Why a module of its own: the word layout is a format's fast codec, shared by two kernels, and
+sits beside the reference codec it must equal (tests/kernels/triton/test_linear_mma.py checks
+every code and scale byte through both decoders).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.triton.mx_codec import nan_like, pow2
+
+# Code j of a word's 8 (element 8w + j) sits at nibble WORD_NIBBLE[j]: the decoder makes bf16x2
+# pair p from nibbles p and p + 4 (one shift serves both halves), emitting elements 2p, 2p + 1.
+WORD_NIBBLE = (0, 4, 1, 5, 2, 6, 3, 7)
+
+
+def fp4_word_layout(data: Tensor) -> Tensor:
+    """Packed mxfp4 codes [N, K/2] uint8 (element 2i in the low nibble) -> int32 words [N, K/8]
+    holding elements 8w..8w+7 at nibbles WORD_NIBBLE (K a multiple of 8)."""
+    n, half_k = data.shape
+    if half_k % 4:
+        raise ValueError(f"fp4_word_layout: K={2 * half_k} is not a multiple of 8")
+    codes = torch.stack((data & 0xF, data >> 4), dim=-1).reshape(n, half_k // 4, 8).to(torch.int64)
+    word = torch.zeros((n, half_k // 4), dtype=torch.int64, device=data.device)
+    for j, nib in enumerate(WORD_NIBBLE):
+        word |= codes[..., j] << (4 * nib)
+    return (word - ((word >> 31) << 32)).to(torch.int32)  # two's complement view of the u32
+
+
+@triton.jit
+def _fp4_word_bf16(words, sword):
+    """8 bf16 tensors (elements 8w + j, j = 0..7) of int32 words in `fp4_word_layout`, each times
+    its block scale; `sword` holds the scale as bf16x2 2**126 * 2**(E - 127) (0xFF: NaN)."""
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .b32 a, b, w;
+        shl.b32 a, $8, 6;  shl.b32 b, $8, 12; and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
+        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$0, $1}, w;
+        shl.b32 a, $8, 2;  shl.b32 b, $8, 8;  and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
+        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$2, $3}, w;
+        shr.b32 a, $8, 2;  shl.b32 b, $8, 4;  and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
+        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$4, $5}, w;
+        shr.b32 a, $8, 6;  and.b32 a, a, 0x01C001C0; and.b32 b, $8, 0x80008000;
+        or.b32 w, a, b; mul.rn.bf16x2 w, w, $9; mov.b32 {$6, $7}, w;
+        }
+        """,
+        "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [words, sword],
+        dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
+
+
+@triton.jit
+def _fp4_word_fp32(words, sfac):
+    """The values of `_fp4_word_bf16` in fp32 with integer / fp32 Triton ops (the interpreter's
+    path; also the oracle of the PTX one): nibble -> fp32 fields (value * 2**-126) -> * sfac."""
+    out0 = (((words << 28) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out1 = (((words << 12) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out2 = (((words << 24) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out3 = (((words << 8) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out4 = (((words << 20) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out5 = (((words << 4) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out6 = (((words << 16) >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    out7 = ((words >> 6) & -2118123520).to(tl.float32, bitcast=True) * sfac
+    return out0, out1, out2, out3, out4, out5, out6, out7
+
+
+@triton.jit
+def _join8(o0, o1, o2, o3, o4, o5, o6, o7, R: tl.constexpr, W: tl.constexpr):
+    """Eight [R, W] tensors -> [R, 8W], element 8w + j from o_j[:, w]."""
+    evens = tl.join(tl.join(o0, o4), tl.join(o2, o6))  # [R, W, 2, 2]: o0 o2 o4 o6
+    odds = tl.join(tl.join(o1, o5), tl.join(o3, o7))
+    return tl.reshape(tl.join(evens, odds), [R, 8 * W])
+
+
+@triton.jit
+def fp4_word_tile(words_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk, ASM: tl.constexpr,
+                   TILED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """An mxfp4 weight tile [BLOCK_N, BLOCK_K] from `fp4_word_layout` words: bf16 (ASM) or fp32,
+    exact; every block scale byte <= 128 or 0xFF (the host checks); K % BLOCK_K == 0.
+    TILED: words and scale bytes stored tile by tile (`tile_major`), each tile one contiguous
+    run of memory."""
+    NW: tl.constexpr = BLOCK_K // 8
+    NB: tl.constexpr = BLOCK_K // 32
+    if TILED:
+        tile = (pid_n * (K // BLOCK_K) + kk).to(tl.int64)
+        r = tl.arange(0, BLOCK_N)
+        words = tl.load(words_ptr + tile * (BLOCK_N * NW) + r[:, None] * NW
+                        + tl.arange(0, NW)[None, :])
+        sbyte = tl.load(scale_ptr + tile * (BLOCK_N * NB) + r[:, None] * NB
+                        + tl.arange(0, NB)[None, :]).to(tl.int32)
+    else:
+        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows_c = tl.minimum(rows, N - 1).to(tl.int64)  # clamped: in bounds, masked at the store
+        words = tl.load(words_ptr + rows_c[:, None] * stride_d + kk * NW
+                        + tl.arange(0, NW)[None, :])
+        sbyte = tl.load(scale_ptr + rows_c[:, None] * stride_s + kk * NB
+                        + tl.arange(0, NB)[None, :]).to(tl.int32)
+    if ASM:
+        half = tl.where(sbyte == 255, 0x7FC0, (sbyte + 126) << 7)  # bf16 2**(E - 1); NaN
+        sword = tl.reshape(tl.broadcast_to((half | (half << 16))[:, :, None], [BLOCK_N, NB, 4]),
+                           [BLOCK_N, NW])
+        o0, o1, o2, o3, o4, o5, o6, o7 = _fp4_word_bf16(words, sword)
+    else:
+        fac = tl.where(sbyte == 255, nan_like(sbyte), pow2(tl.minimum(sbyte, 128) - 1))
+        sfac = tl.reshape(tl.broadcast_to(fac[:, :, None], [BLOCK_N, NB, 4]), [BLOCK_N, NW])
+        o0, o1, o2, o3, o4, o5, o6, o7 = _fp4_word_fp32(words, sfac)
+    return _join8(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, NW)
+
+
+
+def fp4_words(cached: dict, consts: dict, k: int, block_k: int) -> Tensor | None:
+    """The weight as `fp4_word_layout` words when the short decode applies (packed mxfp4, K a
+    multiple of the K tile, no saturation, every scale byte <= 128 or 0xFF), else None. Made once
+    per weight (the scale check is a device sync: at the first call, never again)."""
+    if consts["W_PACK"] != 1 or consts["W_BITS"] != 4 or consts["W_SAT"] or k % block_k:
+        return None
+    words = cached.get("mma_fp4_words", False)
+    if words is False:
+        from kernels.triton.linear_decode import fast_fp4_scale
+
+        ok = fast_fp4_scale(cached["scales"])
+        words = cached.setdefault("mma_fp4_words", fp4_word_layout(cached["data"]) if ok else None)
+    return words
+
+
+def tile_major(t: Tensor, rows: int, cols: int) -> Tensor:
+    """[R, C] -> the same values tile by tile: tile (i, j) = t[i*rows:(i+1)*rows, j*cols:...]
+    as one contiguous [rows, cols] run, tiles in (i, j) order; R is padded with zero rows up to
+    a multiple of `rows` (C must be a multiple of `cols`)."""
+    r, c = t.shape
+    if c % cols:
+        raise ValueError(f"tile_major: {c} columns are not a multiple of the tile's {cols}")
+    pad = -r % rows
+    if pad:
+        t = torch.cat((t, t.new_zeros((pad, c))))
+    return t.reshape(-1, rows, c // cols, cols).permute(0, 2, 1, 3).contiguous().reshape(-1, cols)
+
+
+__all__ = ["WORD_NIBBLE", "fp4_word_layout", "fp4_word_tile", "fp4_words", "tile_major"]
