@@ -41,13 +41,9 @@ def accepts(decl, contract: Union[SchemeContract, QuantKey],
         return False, (f"a {decl.kind} kernel implements scheme contracts, not the key "
                        f"{contract}")
     w, a = contract.weight, contract.activation
-    with_weight = [f for f in decl.accepts if w in f.weights]
-    if platform is not None and with_weight:
-        here = [f for f in with_weight if f.runs_on(platform)]
-        if not here:
-            where = ", ".join(r for f in with_weight for r in f.platforms)
-            return False, f"weight {w}: this kernel implements it only on {where}, not {platform}"
-        with_weight = here
+    with_weight, elsewhere = _here([f for f in decl.accepts if w in f.weights], platform)
+    if elsewhere:
+        return False, f"weight {w}: this kernel implements it only on {elsewhere}, not {platform}"
     if not with_weight:
         every = set().union(*(f.weights for f in decl.accepts))
         return False, f"weight {w} not implemented (takes {describe_keys(every)})"
@@ -66,17 +62,24 @@ def accepts(decl, contract: Union[SchemeContract, QuantKey],
     return False, f"activation {a} not implemented (takes {describe_keys(takes)})"
 
 
+def _here(fams: list, platform: Optional[Platform]) -> tuple[list, str]:
+    """(the families of `fams` that run on `platform`, "") — or ([], the platforms they run
+    on) when some hold the key but none here. No platform given: all of them."""
+    if platform is None or not fams:
+        return fams, ""
+    here = [f for f in fams if f.runs_on(platform)]
+    if here:
+        return here, ""
+    return [], ", ".join(r for f in fams for r in f.platforms)
+
+
 def _accepts_key(decl, key, platform: Optional[Platform]) -> tuple[bool, str]:
     if not isinstance(key, QuantKey):
         return False, ("a qdq kernel implements quantization keys, not a scheme contract "
                        "(resolve its activation key with kind='qdq')")
-    fams = [f for f in decl.accepts if key in f.activations]
-    if platform is not None and fams:
-        here = [f for f in fams if f.runs_on(platform)]
-        if not here:
-            where = ", ".join(r for f in fams for r in f.platforms)
-            return False, f"key {key}: this kernel implements it only on {where}, not {platform}"
-        fams = here
+    fams, elsewhere = _here([f for f in decl.accepts if key in f.activations], platform)
+    if elsewhere:
+        return False, f"key {key}: this kernel implements it only on {elsewhere}, not {platform}"
     if fams:
         return True, f"implements {fams[0].note}"
     if key.is_mx and key.static:

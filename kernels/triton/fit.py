@@ -84,10 +84,18 @@ def _next_after(candidates: Iterator[C], current: C) -> Optional[C]:
     return None
 
 
+def k_slices(tiles: int, split: int) -> tuple[int, int]:
+    """(slices, K tiles per slice) for `tiles` K tiles cut `split` ways at most: no slice is
+    left empty (7 tiles asked in 4 slices: 4 slices of 2, the last of 1)."""
+    split = max(1, min(split, tiles))
+    per_slice = -(-tiles // split)
+    return -(-tiles // per_slice), per_slice
+
+
 def fitted_configs() -> dict[tuple, Any]:
     """A copy of what was fitted so far: {(kernel, key, asked config): config that ran}."""
     with _LOCK:
         return dict(_FITTED)
 
 
-__all__ = ["TileConfig", "launch_fitting", "smaller_configs", "fitted_configs"]
+__all__ = ["TileConfig", "fitted_configs", "k_slices", "launch_fitting", "smaller_configs"]

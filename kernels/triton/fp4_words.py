@@ -129,6 +129,16 @@ def fp4_words(cached: dict, consts: dict, k: int, block_k: int) -> Tensor | None
     return words
 
 
+def tiled_fp4(cached: dict, words: Tensor, block_n: int, block_k: int) -> tuple[Tensor, Tensor]:
+    """The words and scale bytes of a prepared weight tile-major for [block_n, block_k] tiles,
+    made once per tile shape and kept in `cached` (the mma and gemv kernels share them)."""
+    key = ("fp4_tiled", block_n, block_k)
+    if key not in cached:
+        cached[key] = (tile_major(words, block_n, block_k // 8),
+                       tile_major(cached["scales"], block_n, block_k // 32))
+    return cached[key]
+
+
 def tile_major(t: Tensor, rows: int, cols: int) -> Tensor:
     """[R, C] -> the same values tile by tile: tile (i, j) = t[i*rows:(i+1)*rows, j*cols:...]
     as one contiguous [rows, cols] run, tiles in (i, j) order; R is padded with zero rows up to
@@ -142,4 +152,5 @@ def tile_major(t: Tensor, rows: int, cols: int) -> Tensor:
     return t.reshape(-1, rows, c // cols, cols).permute(0, 2, 1, 3).contiguous().reshape(-1, cols)
 
 
-__all__ = ["WORD_NIBBLE", "fp4_word_layout", "fp4_word_tile", "fp4_words", "tile_major"]
+__all__ = ["WORD_NIBBLE", "fp4_word_layout", "fp4_word_tile", "fp4_words", "tile_major",
+           "tiled_fp4"]

@@ -26,7 +26,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.triton import launcher
-from kernels.triton.fit import launch_fitting, smaller_configs
+from kernels.triton.fit import k_slices, launch_fitting, smaller_configs
 from kernels.triton.mx_codec import act_tile, e8m0_value, nan_like, pow2, store_fp32, weight_tile
 from kernels.triton.mx_quant import bits_view
 
@@ -263,10 +263,7 @@ def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, 
     n = out.shape[1]
     data, scales = cached["data"], cached["scales"]
     scale = cached["act_scale"]
-    tiles = triton.cdiv(k, config.block_k)
-    split = max(1, min(config.split, tiles))
-    per_split = triton.cdiv(tiles, split)
-    split = triton.cdiv(tiles, per_split)
+    split, per_split = k_slices(triton.cdiv(k, config.block_k), config.split)
     use_dot = m > 1
     block_m = max(16, triton.next_power_of_2(m)) if use_dot else 1
     # the short fp4 decodes do not saturate: a weight that may pass fp32's max takes the generic

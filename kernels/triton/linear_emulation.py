@@ -171,6 +171,18 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     return _Plan(strategy, cfg, mma, qdq, raw_x)
 
 
+def _check_call(x: Tensor, prepared: PreparedWeight, out_dtype: torch.dtype,
+                bias: Tensor | None, n: int) -> None:
+    """A call's checks (run when its plan is made, and for an empty x): one-line errors."""
+    check_input(x, prepared, _NAME)
+    if out_dtype not in KIND_OF_DTYPE:
+        raise ValueError(f"{_NAME}: out_dtype {out_dtype} is not float32, bfloat16 or float16")
+    if not _INTERPRETED and not x.is_cuda:
+        raise ValueError(f"{_NAME}: input is on {x.device}; the Triton kernel needs a CUDA / ROCm "
+                         "tensor (or TRITON_INTERPRET=1 set before importing kernels.triton)")
+    check_bias(bias, n, x.device, _NAME)
+
+
 def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None, *,
                  out_dtype: torch.dtype | None = None, strategy: str | None = None,
                  config: object = None) -> Tensor:
@@ -197,26 +209,14 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     if bias is not None and not isinstance(bias, Tensor):
         check_bias(bias, n, x.device, _NAME)
     if m == 0:  # nothing to run: the checks alone
-        check_input(x, prepared, _NAME)
-        check_bias(bias, n, x.device, _NAME)
-        if out_dtype not in KIND_OF_DTYPE:
-            raise ValueError(f"{_NAME}: out_dtype {out_dtype} is not float32, bfloat16 or "
-                             "float16")
+        _check_call(x, prepared, out_dtype, bias, n)
         return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
     pkey = (linear_configs.m_bucket(m), x.dtype, out_dtype, x.device,
             None if bias is None else (bias.dtype, bias.device, bias.shape))
     plans = cached["plans"]
     plan = plans.get(pkey) if strategy is None and config is None else None
     if plan is None:
-        check_input(x, prepared, _NAME)
-        if out_dtype not in KIND_OF_DTYPE:
-            raise ValueError(f"{_NAME}: out_dtype {out_dtype} is not float32, bfloat16 or "
-                             "float16")
-        if not _INTERPRETED and not x.is_cuda:
-            raise ValueError(f"{_NAME}: input is on {x.device}; the Triton kernel needs a CUDA / "
-                             "ROCm tensor (or TRITON_INTERPRET=1 set before importing "
-                             "kernels.triton)")
-        check_bias(bias, n, x.device, _NAME)
+        _check_call(x, prepared, out_dtype, bias, n)
         plan = _plan(x, prepared, cached, m, out_dtype, bias, strategy, config)
         if strategy is None and config is None:
             plans[pkey] = plan

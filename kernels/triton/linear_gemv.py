@@ -28,7 +28,8 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.triton import launcher
-from kernels.triton.fp4_words import fp4_words, tile_major
+from kernels.triton.fit import k_slices
+from kernels.triton.fp4_words import fp4_words, tiled_fp4
 from kernels.triton.linear_mma import workspace
 from kernels.triton.mx_codec import act_tile, e8m0_value, pow2, store_fp32
 
@@ -158,15 +159,8 @@ def gemv_plan(cached: dict, consts: dict, n: int, k: int, in_kind: int, out_kind
     words = fp4_words(cached, consts, k, cfg.block_k)
     if words is None or -(-n // cfg.block_n) > 1024:
         return None
-    tkey = ("mma_tiled", cfg.block_n, cfg.block_k)  # the same tiles as linear_mma's
-    if tkey not in cached:
-        cached[tkey] = (tile_major(words, cfg.block_n, cfg.block_k // 8),
-                        tile_major(cached["scales"], cfg.block_n, cfg.block_k // 32))
-    tw, ts = cached[tkey]
-    tiles = k // cfg.block_k
-    split = max(1, min(cfg.split, tiles))
-    per_split = -(-tiles // split)
-    split = -(-tiles // per_split)
+    tw, ts = tiled_fp4(cached, words, cfg.block_n, cfg.block_k)  # linear_mma's tiles too
+    split, per_split = k_slices(k // cfg.block_k, cfg.split)
     act = tuple(consts[name] for name in _ACT_NAMES)
     tail = (in_kind, out_kind, has_bias, hw_cast, split) + act + (cfg.block_n, cfg.block_k)
     return GemvPlan(cfg, (-(-n // cfg.block_n), split), per_split, tw, ts, cached["act_scale"],

@@ -33,7 +33,8 @@ from torch import Tensor
 from triton.runtime import driver
 
 from kernels.triton import launcher
-from kernels.triton.fp4_words import fp4_word_tile, fp4_words, tile_major
+from kernels.triton.fit import k_slices
+from kernels.triton.fp4_words import fp4_word_tile, fp4_words, tiled_fp4
 from kernels.triton.launcher import aligned
 from kernels.triton.mx_codec import act_tile, e8m0_value, nan_like, store_fp32, weight_tile
 
@@ -160,10 +161,7 @@ class MmaConfig:
 
 def mma_grid(m: int, n: int, k: int, cfg: MmaConfig) -> tuple[tuple[int, int, int], int]:
     """(grid, K tiles per slice) of a launch; the slice count never leaves a slice empty."""
-    tiles = triton.cdiv(k, cfg.block_k)
-    split = max(1, min(cfg.split, tiles))
-    per_split = triton.cdiv(tiles, split)
-    split = triton.cdiv(tiles, per_split)
+    split, per_split = k_slices(triton.cdiv(k, cfg.block_k), cfg.split)
     return (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), split), per_split
 
 
@@ -230,11 +228,7 @@ def mma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, dot_kind: i
     data = cached["data"] if words is None else words
     scales = cached["scales"]
     if tiled and words is not None:
-        tkey = ("mma_tiled", cfg.block_n, cfg.block_k)
-        if tkey not in cached:
-            cached[tkey] = (tile_major(words, cfg.block_n, cfg.block_k // 8),
-                            tile_major(scales, cfg.block_n, cfg.block_k // 32))
-        data, scales = cached[tkey]
+        data, scales = tiled_fp4(cached, words, cfg.block_n, cfg.block_k)
     fp8 = (words is None and consts["W_BITS"] == 8 and not consts["W_IS_INT"]
            and consts["W_PACK"] == 0 and not consts["W_SAT"] and k % cfg.block_k == 0)
     scale = cached["act_scale"]

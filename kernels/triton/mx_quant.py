@@ -291,7 +291,6 @@ class QdqPlan:
 
     def __init__(self, fmt: ElemFormat | str, rounding: str, dtype: torch.dtype, k: int):
         fmt = _format(fmt)
-        self.dtype, self.k = dtype, k
         consts = format_constexprs(fmt)
         consts.update(IN_KIND=KIND_OF_DTYPE[dtype],
                       ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
@@ -306,7 +305,7 @@ class QdqPlan:
         """x2d [R, K] (unit stride along K, the plan's dtype: the caller checked) -> QDQ(x2d)."""
         r, k = x2d.shape
         out = torch.empty((r, k), dtype=x2d.dtype, device=x2d.device)
-        if r:
+        if r and k:
             grid = (triton.cdiv(r, self.tile["BLOCK_R"]), triton.cdiv(k, self.tile["BLOCK_K"]))
             xb, ob = bits_view(x2d), bits_view(out)
             sx = x2d.stride(0)
@@ -321,13 +320,4 @@ def qdq(x2d: torch.Tensor, fmt: ElemFormat, rounding: str) -> torch.Tensor:
     """dequantize(*quantize(x2d, fmt, rounding), out_dtype=x2d.dtype), bit for bit, in one
     fused kernel (codes never reach memory)."""
     x = _check_input(x2d, "qdq")
-    fmt = _format(fmt)
-    rnd = ROUNDING_CODE[check_rounding(rounding)]
-    r, k = x.shape
-    out = torch.empty((r, k), dtype=x.dtype, device=x.device)
-    if r and k:
-        consts = format_constexprs(fmt)
-        consts.update(IN_KIND=KIND_OF_DTYPE[x.dtype], ROUNDING=rnd, HW_CAST=not _INTERPRETED)
-        _launch(_qdq_kernel, (bits_view(x), bits_view(out)), r, k,
-                (x.stride(0), out.stride(0)), consts)
-    return out
+    return QdqPlan(fmt, rounding, x.dtype, x.shape[1])(x)
