@@ -152,5 +152,89 @@ def tile_major(t: Tensor, rows: int, cols: int) -> Tensor:
     return t.reshape(-1, rows, c // cols, cols).permute(0, 2, 1, 3).contiguous().reshape(-1, cols)
 
 
-__all__ = ["WORD_NIBBLE", "fp4_word_layout", "fp4_word_tile", "fp4_words", "tile_major",
-           "tiled_fp4"]
+# --- the wgmma layout (kernels/triton/linear_wgmma.py): the decoded tile IS wgmma's A operand ---
+# A [16 * W, BLOCK_K] tile (W warps) of the weight is wgmma's register operand A: thread (warp w,
+# lane 4g + t) holds rows 16w + g and 16w + 8 + g (h = 0, 1) at columns 16c + 2t + e and
+# 16c + 8 + 2t + e (q = 0, 1; e = 0, 1). One 32-bit word holds the 8 codes of one thread, one
+# row h and one 32-column block b (columns 32b + 16 c0 + 8q + 2t + e, element j = 4 c0 + 2q + e),
+# so each word has one scale byte. Its bits are placed so the decoder needs ~15 instructions a
+# word: element j's code bits (m, e0, e1, sign) sit at WGMMA_BITS[j]; pair (2p, 2p + 1) is
+# rotated (pairs 0, 1: one rotation) so the bits land where a bf16x2 wants them (m, e0, e1 at
+# bits 6..8 / 22..24, signs at 15 / 31: value * 2**-126); one bf16x2 multiply by the scale word
+# fixes the bias and applies the block scale. Words of a tile are stored [w][h][b // 4][g][t]
+# [b % 4]: each thread reads 16-byte vectors, a warp 512 contiguous bytes.
+WGMMA_BITS = ((6, 7, 8, 15), (22, 23, 24, 31), (9, 10, 11, 18), (25, 26, 27, 2),
+              (12, 13, 14, 16), (28, 29, 30, 0), (19, 20, 21, 17), (3, 4, 5, 1))
+WGMMA_WARPS = 4  # one warpgroup: BLOCK_N = 64 weight rows a program
+
+
+def wgmma_layout(data: Tensor, scales: Tensor, block_k: int,
+                 warps: int = WGMMA_WARPS) -> tuple[Tensor, Tensor]:
+    """Packed mxfp4 codes [N, K/2] + E8M0 bytes [N, K/32] -> (int32 words, uint8 scale bytes),
+    tile by tile ([16 * warps, block_k] tiles, N padded with zero rows). Scale byte E becomes
+    E + 126 (the bf16 exponent of 2**(E - 1)); a NaN block (0xFF) keeps 0xFF and its codes become
+    0, so every element decodes to 0 * inf = NaN. Needs K % block_k == 0, block_k % 128 == 0 and
+    every finite scale byte <= 128 (`linear_decode.fast_fp4_scale`)."""
+    n, half_k = data.shape
+    k = 2 * half_k
+    if block_k % 128 or k % block_k:
+        raise ValueError(f"wgmma_layout: K={k} must be a multiple of the K tile {block_k} "
+                         "(itself a multiple of 128)")
+    rows = 16 * warps
+    nan = scales == 255
+    codes = torch.stack((data & 0xF, data >> 4), dim=-1).reshape(n, k)
+    codes = codes.masked_fill(nan.repeat_interleave(32, dim=1), 0)
+    sbytes = torch.where(nan, scales, scales + 126)
+    pad = -n % rows
+    if pad:
+        codes = torch.cat((codes, codes.new_zeros((pad, k))))
+        sbytes = torch.cat((sbytes, sbytes.new_zeros((pad, k // 32))))
+    nt, kt, nb = codes.shape[0] // rows, k // block_k, block_k // 32
+    # (nt, w, h, g, kt, b_hi, b_lo, c0, q, t, e) -> (nt, kt, w, h, b_hi, g, t, b_lo | c0, q, e)
+    c = codes.reshape(nt, warps, 2, 8, kt, nb // 4, 4, 2, 2, 4, 2).to(torch.int64)
+    c = c.permute(0, 4, 1, 2, 5, 3, 9, 6, 7, 8, 10).reshape(-1, 8)
+    word = torch.zeros(c.shape[0], dtype=torch.int64, device=data.device)
+    for j, bits in enumerate(WGMMA_BITS):
+        for i, pos in enumerate(bits):
+            word |= ((c[:, j] >> i) & 1) << pos
+    words = (word - ((word >> 31) << 32)).to(torch.int32)
+    # scale bytes (nt, w, h, g, kt, b) -> (nt, kt, w, g, h, b)
+    s = sbytes.reshape(nt, warps, 2, 8, kt, nb).permute(0, 4, 1, 3, 2, 5).contiguous()
+    return words, s.reshape(-1)
+
+
+def _rotr(v: Tensor, r: int) -> Tensor:
+    return ((v >> r) | (v << (32 - r))) & 0xFFFFFFFF
+
+
+def wgmma_decode(words: Tensor, sbytes: Tensor, n: int, k: int, block_k: int,
+                 warps: int = WGMMA_WARPS) -> Tensor:
+    """fp32 [n, k] values of `wgmma_layout` words by the kernel's own bit operations (the PTX of
+    linear_wgmma, step for step, in integer torch): the CPU check of the GPU decoder."""
+    rows, nb = 16 * warps, block_k // 32
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    full, eem, sign = 0x81C081C0, 0x01C001C0, 0x80008000
+    pairs = (w & full, _rotr(w, 3) & full, ((w >> 6) & eem) | (_rotr(w, 1) & sign),
+             (_rotr(w, 13) & eem) | (_rotr(w, 2) & sign))
+    halves = []
+    for p in pairs:
+        for shift in (0, 16):  # bf16 bits -> fp32 (exact)
+            bits = ((p >> shift) & 0xFFFF) << 16
+            halves.append((bits - ((bits >> 31) << 32)).to(torch.int32).view(torch.float32))
+    vals = torch.stack(halves, dim=-1)  # (word, j)
+    # the scale word: bf16 2**(E' - 127), E' = 255: inf (times the zeroed codes: NaN)
+    sb = sbytes.to(torch.int64)
+    nt, kt = -(-n // rows), k // block_k
+    sb = sb.reshape(nt, kt, warps, 8, 2, nb).permute(0, 1, 2, 4, 5, 3)  # (.., w, h, b, g)
+    fac = ((sb << 23) - ((sb << 23 >> 31) << 32)).to(torch.int32).view(torch.float32)
+    vals = vals.reshape(nt, kt, warps, 2, nb // 4, 8, 4, 4, 8)  # (.., w, h, b_hi, g, t, b_lo, j)
+    fac = fac.reshape(nt, kt, warps, 2, nb // 4, 4, 8).permute(0, 1, 2, 3, 4, 6, 5)
+    vals = vals * fac[:, :, :, :, :, :, None, :, None]
+    # (nt, kt, w, h, b_hi, g, t, b_lo, c0, q, e) -> (nt, w, h, g, kt, b_hi, b_lo, c0, q, t, e)
+    vals = vals.reshape(nt, kt, warps, 2, nb // 4, 8, 4, 4, 2, 2, 2)
+    vals = vals.permute(0, 2, 3, 5, 1, 4, 7, 8, 9, 6, 10).reshape(nt * rows, k)
+    return vals[:n]
+
+
+__all__ = ["WGMMA_BITS", "WGMMA_WARPS", "WORD_NIBBLE", "fp4_word_layout", "fp4_word_tile",
+           "fp4_words", "tile_major", "tiled_fp4", "wgmma_decode", "wgmma_layout"]

@@ -18,14 +18,15 @@ from typing import Optional
 from kernels.triton.linear_decode import GPU_FMA_CONFIG_8BIT, DecodeConfig
 from kernels.triton.linear_gemv import GemvConfig
 from kernels.triton.linear_mma import MmaConfig
+from kernels.triton.linear_wgmma import WgmmaConfig
 
 
 @dataclass(frozen=True)
 class Choice:
     family: str  # "fp4" | "fp8" | "other"
     m_max: int  # rows up to this (inclusive); rows past the last row: dequant-gemm / tiled
-    strategy: str  # "gemv" | "mma" | "decode"
-    config: object  # GemvConfig / MmaConfig / DecodeConfig
+    strategy: str  # "wgmma" | "gemv" | "mma" | "decode"
+    config: object  # WgmmaConfig / GemvConfig / MmaConfig / DecodeConfig
 
 
 # H200, triton 3.6, bf16 activations, 2026-12-01 (.scratch experiments, docs/benchmarks.md):
@@ -35,6 +36,13 @@ _MID_8 = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stage
 _SMALL_GENERIC = MmaConfig(block_m=16, block_n=64, block_k=128, split=4, warps=4, stages=3)
 _GEMV = GemvConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
 TABLE: tuple[Choice, ...] = (
+    # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel (H200 2026-12-01, bf16 34.8 /
+    # 110 / 115 us): M = 1 15.5 / 42.7 / 42.5 us, M = 16 19.0 / 54.3 / 53.7, M = 64 37.4 / 124 /
+    # 111. Where it does not apply (another GPU, fp16 / fp32 x or output, a scale byte past 128,
+    # K not a multiple of its K tile) the next row of the family runs.
+    Choice("fp4", 1, "wgmma", WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)),
+    Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=256, split=2, stages=4)),
+    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=4)),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
     # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
     # decode 27.4 / 66.6 / 88.4); M <= 16 mma 23.5 / 73 / 69 (old 45 / 131 / 142)
@@ -66,11 +74,15 @@ def weight_family(consts: dict) -> str:
     return "other"
 
 
-def choose(family: str, m: int, interpreted: bool) -> Optional[Choice]:
-    """The first matching row (with the interpreter's config under TRITON_INTERPRET=1), or None
-    past the table's M ranges (the caller's large-M strategy)."""
+def choose(family: str, m: int, interpreted: bool,
+           skip: tuple[str, ...] = ()) -> Optional[Choice]:
+    """The first matching row whose strategy is not in `skip` (with the interpreter's config
+    under TRITON_INTERPRET=1, where Gluon's wgmma rows are skipped: Gluon does not interpret),
+    or None past the table's M ranges (the caller's large-M strategy)."""
+    if interpreted:
+        skip = (*skip, "wgmma")
     for row in TABLE:
-        if row.family == family and m <= row.m_max:
+        if row.family == family and m <= row.m_max and row.strategy not in skip:
             if interpreted:
                 cfg = {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(
                     row.strategy, INTERPRETER_DECODE)
@@ -90,8 +102,8 @@ def config_for(strategy: str, family: str, m: int, interpreted: bool) -> object:
     row = next((r for r in rows if m <= r.m_max), rows[-1] if rows else None)
     if row is not None:
         return row.config
-    return {"mma": _SMALL_GENERIC if m <= 16 else _MID_8, "gemv": _GEMV}.get(strategy,
-                                                                          GPU_FMA_CONFIG_8BIT)
+    return {"mma": _SMALL_GENERIC if m <= 16 else _MID_8, "gemv": _GEMV,
+            "wgmma": TABLE[0].config}.get(strategy, GPU_FMA_CONFIG_8BIT)
 
 
 def m_bucket(m: int) -> int:

@@ -33,7 +33,7 @@ from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
 from kernels.triton import (fit, launcher, linear_configs, linear_decode, linear_gemv,
-                            linear_mma, mx_quant)
+                            linear_mma, linear_wgmma, mx_quant)
 from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.triton.linear_tiles import (  # noqa: F401  (ACT_* / DOT_*: part of this module's API)
@@ -86,7 +86,7 @@ DECODE_LIMIT_M = 64  # the most rows the decode kernel takes (forced: tools/tune
 # M <= this: the weight read bounds the time, whatever kernel (linear_fp8_mma hands such calls
 # to this kernel's small-M strategies)
 DECODE_MAX_M = 16
-STRATEGIES = ("gemv", "mma", "decode", "tiled", "dequant-gemm")
+STRATEGIES = ("wgmma", "gemv", "mma", "decode", "tiled", "dequant-gemm")
 # Tiled kernel (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); BLOCK_K a multiple of 64 keeps
 # fp4 bytes and fp6 words whole. H200 measurements: docs/benchmarks.md.
 GPU_TILE = (64, 128, 64, 4, 3)
@@ -97,10 +97,11 @@ _CACHE_KEY = "triton_emulation"
 
 
 def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Tensor | None,
-                 on_gpu: bool, consts: dict) -> tuple[str, object]:
+                 on_gpu: bool, consts: dict, skip: tuple[str, ...] = ()) -> tuple[str, object]:
     """(strategy, config) that runs M activation rows — all give the same numerics: the row of
-    linear_configs.TABLE that matches, else dequant-gemm (bf16 on a GPU) or tiled."""
-    row = linear_configs.choose(linear_configs.weight_family(consts), m, not on_gpu)
+    linear_configs.TABLE that matches (strategies in `skip` passed over), else dequant-gemm
+    (bf16 on a GPU) or tiled."""
+    row = linear_configs.choose(linear_configs.weight_family(consts), m, not on_gpu, skip)
     if row is not None:
         return row.strategy, row.config
     if on_gpu and x_dtype == out_dtype == torch.bfloat16 and (
@@ -120,12 +121,14 @@ class _Plan:
     raw_x: bool
     decode: dict = field(default_factory=dict)  # linear_decode.run_remembered's, once filled
     gemv: Optional[linear_gemv.GemvPlan] = None  # strategy "gemv"
+    wgmma: Optional[linear_wgmma.WgmmaPlan] = None  # strategy "wgmma"
 
 
 def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: torch.dtype,
           bias: Tensor | None, strategy: str | None, config: object) -> _Plan:
     n, k = prepared.out_features, prepared.in_features
     consts = cached["consts"]
+    asked = strategy is not None  # the caller's strategy: refused with a reason, never swapped
     if strategy is None:
         strategy, auto = strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, consts)
         config = config or auto
@@ -138,11 +141,25 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
                          f"only (got x {x.dtype}, out {out_dtype}); use 'tiled'")
     if strategy == "gemv" and m != 1:
         raise ValueError(f"{_NAME}: strategy 'gemv' runs one activation row, not M={m}")
+    family = linear_configs.weight_family(consts)
+    if strategy == "wgmma":
+        cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED)
+        why = ("Gluon kernels do not run under TRITON_INTERPRET" if _INTERPRETED else
+               linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg))
+        wgmma = None if why else linear_wgmma.wgmma_plan(
+            cached, consts, n, k, linear_configs.m_bucket(m), x.device, x.dtype, out_dtype,
+            bias is not None, cfg)
+        if wgmma is not None:
+            return _Plan(strategy, cfg, None, _act_qdq(prepared, consts, x, k, m), True,
+                         wgmma=wgmma)
+        if asked:
+            raise ValueError(f"{_NAME}: strategy 'wgmma' cannot run this call: "
+                             f"{why or 'a finite weight scale byte is past 128'}; leave the "
+                             "strategy to the table (another one runs it)")
+        strategy, config = strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, consts,
+                                        skip=("wgmma",))
     if strategy not in ("mma", "gemv"):
         return _Plan(strategy, config, None, None, False)
-    key = prepared.contract.activation
-    qdq = None
-    family = linear_configs.weight_family(consts)
     if strategy == "gemv":  # the one row is QDQ'd inside the kernel
         gemv = linear_gemv.gemv_plan(
             cached, consts, n, k, KIND_OF_DTYPE[x.dtype], KIND_OF_DTYPE[out_dtype],
@@ -151,14 +168,7 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
         if gemv is not None:
             return _Plan(strategy, config, None, None, False, gemv=gemv)
         strategy, config = "mma", None  # not the word layout (e.g. a scale byte past 128)
-    if consts["ACT_MODE"] != ACT_NONE and (m > 1 or not _INTERPRETED):
-        # QDQ the rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel one)
-        # rather than once per weight tile: H200 M = 1: 26 us against 53 us in-kernel
-        if key in MX_DYNAMIC_KEYS:  # its kernel, planned: no per-call checks
-            qdq = mx_quant.QdqPlan(key.format, key.scale.rounding, x.dtype, k)
-        else:
-            qdq = functools.partial(activation_qdq(key, backend="triton-qdq"),
-                                    act_scale=prepared.act_scale)
+    qdq = _act_qdq(prepared, consts, x, k, m)
     act_mode = ACT_NONE if qdq is not None else consts["ACT_MODE"]
     dot_kind, precision = dot_choice(x.dtype, act_mode)
     raw_x = (not _INTERPRETED and act_mode == ACT_NONE and x.dtype == torch.bfloat16
@@ -169,6 +179,20 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
         precision, not _INTERPRETED, KIND_OF_DTYPE[x.dtype], KIND_OF_DTYPE[out_dtype],
         bias is not None, cfg, asm=not _INTERPRETED, raw_x=raw_x)
     return _Plan(strategy, cfg, mma, qdq, raw_x)
+
+
+def _act_qdq(prepared: PreparedWeight, consts: dict, x: Tensor, k: int,
+             m: int) -> Optional[Callable]:
+    """The activation QDQ a kernel runs first, or None (weight-only, or QDQ'd in-kernel: the
+    interpreter at M = 1). The rows are QDQ'd once (the dispatcher's Triton QDQ, bit-exact with
+    the in-kernel one) rather than once per weight tile: H200 M = 1: 26 us against 53 us."""
+    if consts["ACT_MODE"] == ACT_NONE or (m == 1 and _INTERPRETED):
+        return None
+    key = prepared.contract.activation
+    if key in MX_DYNAMIC_KEYS:  # its kernel, planned: no per-call checks
+        return mx_quant.QdqPlan(key.format, key.scale.rounding, x.dtype, k)
+    return functools.partial(activation_qdq(key, backend="triton-qdq"),
+                             act_scale=prepared.act_scale)
 
 
 def _check_call(x: Tensor, prepared: PreparedWeight, out_dtype: torch.dtype,
@@ -224,6 +248,10 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
         return _dequant_gemm(x2d, prepared, bias).view(*lead, n)
     out = torch.empty((m, n), dtype=out_dtype, device=x.device)
     bias32 = bias if bias is None or bias.dtype == torch.float32 else bias.float()
+    if plan.wgmma is not None:
+        linear_wgmma.run_wgmma(plan.wgmma, x2d if plan.qdq is None else plan.qdq(x2d), out,
+                               bias32)
+        return out.view(*lead, n)
     if plan.gemv is not None:
         linear_gemv.run_gemv(plan.gemv, mx_quant.bits_view(x2d), mx_quant.bits_view(out), bias32)
         return out.view(*lead, n)

@@ -239,8 +239,12 @@ def test_strategy_choice_and_refusals() -> None:
     fp8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": False}
     int8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": True}
     assert [lc.weight_family(c) for c in (fp4, fp8, int8)] == ["fp4", "fp8", "other"]
-    assert le.strategy_for(1, bf, bf, None, True, fp4)[0] == "gemv"
-    assert le.strategy_for(2, bf, bf, None, True, fp4)[0] == "mma"
+    assert le.strategy_for(1, bf, bf, None, True, fp4)[0] == "wgmma"  # sm_90's Gluon kernel
+    assert le.strategy_for(64, bf, bf, None, True, fp4)[0] == "wgmma"
+    # where wgmma does not apply, the family's next row
+    assert le.strategy_for(1, bf, bf, None, True, fp4, skip=("wgmma",))[0] == "gemv"
+    assert le.strategy_for(2, bf, bf, None, True, fp4, skip=("wgmma",))[0] == "mma"
+    assert le.strategy_for(65, bf, bf, None, True, fp4)[0] == "mma"
     assert le.strategy_for(128, bf, bf, None, True, fp4)[0] == "mma"
     assert le.strategy_for(129, bf, bf, None, True, fp4)[0] == "dequant-gemm"
     assert le.strategy_for(64, bf, bf, None, True, fp8)[0] == "mma"
@@ -252,18 +256,30 @@ def test_strategy_choice_and_refusals() -> None:
     # the interpreter takes the GPU's strategy with its own small config
     strategy, cfg = le.strategy_for(16, bf, bf, None, False, fp4)
     assert strategy == "mma" and cfg == lc.INTERPRETER_MMA
+    assert le.strategy_for(1, bf, bf, None, False, fp4)[0] == "gemv"  # never Gluon there
+
+    def row(strategy: str, family: str, m_max: int) -> object:
+        return next(r.config for r in lc.TABLE
+                    if (r.strategy, r.family, r.m_max) == (strategy, family, m_max))
+
     # a strategy the table did not pick for this M still gets a measured config on a GPU
-    assert lc.config_for("mma", "fp4", 1, False) == lc.TABLE[1].config  # the M <= 16 row
-    assert lc.config_for("gemv", "fp4", 1, False) == lc.TABLE[0].config
+    assert lc.config_for("mma", "fp4", 1, False) == row("mma", "fp4", 16)  # the M <= 16 row
+    assert lc.config_for("gemv", "fp4", 1, False) == row("gemv", "fp4", 1)
+    assert lc.config_for("wgmma", "fp4", 40, False) == row("wgmma", "fp4", 64)
     assert lc.config_for("mma", "other", 500, False) == lc.TABLE[-1].config  # its last row
     assert lc.config_for("mma", "fp8", 1, True) == lc.INTERPRETER_MMA
-    assert lc.config_for("gemv", "other", 1, False) == lc.TABLE[0].config  # no gemv row there
+    assert lc.config_for("gemv", "other", 1, False) == row("gemv", "fp4", 1)  # no gemv row there
     assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 64, 65, 128, 129)] == \
         [1, 16, 16, 64, 64, 128, 128, 1 << 30]
     prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),
                               SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
                                              activation=None))
     x = torch.randn(20, 64).to(DEVICE)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        with pytest.raises(ValueError, match="strategy 'wgmma' cannot run this call: "
+                                             "(Gluon kernels do not run|wgmma is sm_90)"):
+            fused_linear(torch.randn(2, 64, dtype=torch.bfloat16).to(DEVICE), prepared,
+                         strategy="wgmma")
     with pytest.raises(ValueError, match="'gemv' runs one activation row"):
         fused_linear(torch.randn(2, 64).to(DEVICE), prepared, strategy="gemv")
     with pytest.raises(ValueError, match="decode needs M <= 64"):

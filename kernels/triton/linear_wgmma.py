@@ -1,0 +1,327 @@
+"""The Hopper strategy of `triton-emulation` for mxfp4 weights at small M ("wgmma"), in Gluon.
+
+Why Gluon: the Triton `mma` kernel (linear_mma.py) decodes the weight well but Triton 3.6 puts
+the decoded tile in shared memory before wgmma reads it (`local_alloc`): 4 bytes of shared
+traffic per weight code against 0.5 from DRAM, and that, not the DRAM, bounded it (ncu:
+docs/benchmarks.md). Gluon (`triton.experimental.gluon`) lets the kernel name the layouts: the
+weight is laid out once at prepare (fp4_words.wgmma_layout) so that the 8 codes a thread decodes
+from one 32-bit word are exactly 8 of its registers of wgmma's A operand; the decoded tile goes
+from the decoder's registers into `warpgroup_mma` with no data movement (the layout conversion
+is checked trivial at compile time: `assert_trivial`).
+
+The kernel (swap AB: out^T = W @ x^T; 4 warps = one warpgroup = 64 weight rows a program):
+- a ring of STAGES shared-memory buffers filled by cp.async (words, scale bytes, the bf16 x tile;
+  rows of x past M are predicated off and only reach accumulator columns that are never stored),
+  one CTA barrier per K tile;
+- decode: 15 instructions per word of 8 codes (the bit placement of fp4_words.WGMMA_BITS), one
+  multiply per scale byte for the scale word;
+- async wgmma (one in flight) with x^T from shared memory as the B operand;
+- split-K reduced in-kernel by the last slice to finish (as linear_mma: an atomic counter per
+  output tile, self-resetting; the partials in linear_mma.workspace): one launch, deterministic.
+
+Scope: bf16 x (raw: W4A16, or W4A4 after the planned activation QDQ), bf16 output, K a multiple
+of BLOCK_K, every finite scale byte <= 128, sm_90 (wgmma). Elsewhere `wgmma_plan` says why not
+and the caller takes the table's next strategy. Gluon does not run under TRITON_INTERPRET: CPU CI
+checks the layout and the decoder's bit operations through their torch twin
+(fp4_words.wgmma_decode, the same instructions step for step) and the GPU tests check the kernel
+against reference-emulation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from kernels.triton import launcher
+from kernels.triton.fit import k_slices
+from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
+from kernels.triton.launcher import aligned
+
+# One word -> 8 bf16 (pairs 0..3 as bf16x2), each pair times the scale word $9: the PTX twin of
+# fp4_words.wgmma_decode.
+_DECODE = gl.constexpr("""
+{
+.reg .b32 a, b;
+and.b32 a, $8, 0x81C081C0; mul.rn.bf16x2 a, a, $9; mov.b32 {$0, $1}, a;
+shf.r.wrap.b32 a, $8, $8, 3; and.b32 a, a, 0x81C081C0; mul.rn.bf16x2 a, a, $9; mov.b32 {$2, $3}, a;
+shr.b32 a, $8, 6; shf.r.wrap.b32 b, $8, $8, 1; and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; mul.rn.bf16x2 a, a, $9; mov.b32 {$4, $5}, a;
+shf.r.wrap.b32 a, $8, $8, 13; shf.r.wrap.b32 b, $8, $8, 2; and.b32 a, a, 0x01C001C0;
+and.b32 b, b, 0x80008000; or.b32 a, a, b; mul.rn.bf16x2 a, a, $9; mov.b32 {$6, $7}, a;
+}
+""")
+
+
+@gluon.jit
+def _along(n: gl.constexpr, dim: gl.constexpr, L: gl.constexpr):
+    """arange(n) along `dim` of a rank-6 tensor of layout L (size 1 in the other dims): the
+    other dims sliced off from the last, then expanded back from the first."""
+    if dim == 0:
+        v = gl.arange(0, n, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(
+            3, gl.SliceLayout(4, gl.SliceLayout(5, L))))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
+            v, 1), 2), 3), 4), 5)
+    elif dim == 1:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(
+            3, gl.SliceLayout(4, gl.SliceLayout(5, L))))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
+            v, 0), 2), 3), 4), 5)
+    elif dim == 2:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
+            3, gl.SliceLayout(4, gl.SliceLayout(5, L))))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
+            v, 0), 1), 3), 4), 5)
+    elif dim == 3:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
+            2, gl.SliceLayout(4, gl.SliceLayout(5, L))))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
+            v, 0), 1), 2), 4), 5)
+    elif dim == 4:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
+            2, gl.SliceLayout(3, gl.SliceLayout(5, L))))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
+            v, 0), 1), 2), 3), 5)
+    else:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
+            2, gl.SliceLayout(3, gl.SliceLayout(4, L))))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
+            v, 0), 1), 2), 3), 4)
+    return v
+
+
+@gluon.jit
+def _along5(n: gl.constexpr, dim: gl.constexpr, L: gl.constexpr):
+    """`_along` for a rank-5 layout."""
+    if dim == 0:
+        v = gl.arange(0, n, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(
+            3, gl.SliceLayout(4, L)))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 1), 2), 3), 4)
+    elif dim == 1:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(
+            3, gl.SliceLayout(4, L)))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 2), 3), 4)
+    elif dim == 2:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
+            3, gl.SliceLayout(4, L)))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 1), 3), 4)
+    elif dim == 3:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
+            2, gl.SliceLayout(4, L)))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 1), 2), 4)
+    else:
+        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
+            2, gl.SliceLayout(3, L)))))
+        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 1), 2), 3)
+    return v
+
+
+@gluon.jit
+def _decode(words, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, A: gl.constexpr):
+    """Words [w, g, t, h, b_hi, b_lo] + their scale bytes [w, g, h, b_hi, b_lo] -> the bf16 A
+    operand [BLOCK_N, BLOCK_K] in layout A, with no data movement (the reshape lands on A's own
+    layout)."""
+    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)  # bf16x2 2**(E' - 127), twice
+    sword = gl.broadcast(sword, words)[0]  # the t lanes of a row share the scale bytes
+    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+        _DECODE, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [words, sword], dtype=(gl.bfloat16,) * 8,
+        is_pure=True, pack=1)
+    t = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)),
+                gl.join(gl.join(o4, o5), gl.join(o6, o7)))  # [w, g, t, h, bh, bl, e, q, c0]
+    t = gl.permute(t, (0, 3, 1, 4, 5, 8, 7, 2, 6))  # [w, h, g, bh, bl, c0, q, t, e]
+    return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
+
+
+@gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT"])
+def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
+                         M, N, K, TILES_PER_SPLIT, stride_x, stride_o,
+                         HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
+                         BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr):
+    BLOCK_N: gl.constexpr = 16 * WARPS
+    NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
+    TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
+    TS: gl.constexpr = BLOCK_N * BLOCK_K // 32  # scale bytes a tile
+    D: gl.constexpr = STAGES - 2  # prefetch distance: one wgmma in flight reads a 2nd buffer
+    WL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 4], [1, 8, 4, 1, 1, 1],
+                                        [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                  instr_shape=[16, BLOCK_M, 16])
+    A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    XL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, WARPS], [1, 0])
+    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    SL: gl.constexpr = gl.SliceLayout(2, WL)  # scale bytes: the t lanes of a row share them
+    WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # 16 B a lane in a row
+    SS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0])
+    pid_n = gl.program_id(0)
+    pid_m = gl.program_id(1)
+    pid_s = gl.program_id(2)
+    ktiles = K // BLOCK_K
+    k_lo = pid_s * TILES_PER_SPLIT
+    k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
+    # tile-relative offsets: words [w][h][b_hi][g][t][b_lo], scale bytes [w][g][h][b] (rank 5:
+    # the t dim reduced away; not a t-replicated rank-6 tensor, whose shared load Triton 3.6
+    # lowers to an ldmatrix that misplaces 8-bit elements)
+    w_i, g_i = _along(WARPS, 0, WL), _along(8, 1, WL)
+    t_i, h_i = _along(4, 2, WL), _along(2, 3, WL)
+    bh_i, bl_i = _along(NBH, 4, WL), _along(4, 5, WL)
+    woff = w_i * (TW // WARPS) + h_i * (TW // WARPS // 2) + bh_i * 128 + g_i * 16 + t_i * 4 + bl_i
+    soff = (_along5(WARPS, 0, SL) * (TS // WARPS) + _along5(8, 1, SL) * (TS // WARPS // 8)
+            + _along5(2, 2, SL) * (4 * NBH) + _along5(NBH, 3, SL) * 4 + _along5(4, 4, SL))
+    wbase = w_ptr + (pid_n * ktiles).to(gl.int64) * TW + woff
+    sbase = s_ptr + (pid_n * ktiles).to(gl.int64) * TS + soff
+    xr = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, XL))
+    xc = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, XL))
+    xptrs = x_ptr + xr.to(gl.int64)[:, None] * stride_x + xc[None, :]
+    xmask = (xr < M)[:, None] & (xc >= 0)[None, :]
+
+    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, 4], WS)
+    s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, WARPS, 8, 2, NBH, 4], SS)
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], XS)
+    for s in gl.static_range(D):
+        t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
+        async_copy.async_copy_global_to_shared(w_smem.index(s), wbase + t * TW)
+        async_copy.async_copy_global_to_shared(s_smem.index(s), sbase + t * TS)
+        async_copy.async_copy_global_to_shared(x_smem.index(s), xptrs + t * BLOCK_K, mask=xmask)
+        async_copy.commit_group()
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+    for kk in range(k_lo, k_hi):
+        i = kk - k_lo
+        async_copy.wait_group(D - 1)  # tile kk has landed (this thread's copies)
+        fence_async_shared()  # ... and is visible to wgmma's async proxy
+        gl.thread_barrier()  # every thread's: and wgmma kk - 2 is done (waited at kk - 1)
+        t = gl.minimum(kk + D, k_hi - 1)
+        nxt = (i + D) % STAGES
+        async_copy.async_copy_global_to_shared(w_smem.index(nxt), wbase + t * TW)
+        async_copy.async_copy_global_to_shared(s_smem.index(nxt), sbase + t * TS)
+        async_copy.async_copy_global_to_shared(x_smem.index(nxt), xptrs + t * BLOCK_K,
+                                               mask=xmask)
+        async_copy.commit_group()
+        cur = i % STAGES
+        a = _decode(w_smem.index(cur).load(WL), s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A)
+        acc = warpgroup_mma(a, x_smem.index(cur).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+    async_copy.wait_group(0)
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+    cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+    orow = pid_n * BLOCK_N + rows  # output features
+    ocol = pid_m * BLOCK_M + cols  # activation rows
+    omask = (orow < N)[:, None] & (ocol < M)[None, :]
+    optrs = out_ptr + ocol.to(gl.int64)[None, :] * stride_o + orow[:, None]
+    if SPLIT > 1:  # park the partial; the last slice of this tile to finish adds them up
+        tile = pid_m * gl.num_programs(0) + pid_n
+        tile_elems = gl.num_programs(1) * gl.num_programs(0) * (BLOCK_N * BLOCK_M)
+        local = part_ptr + tile * (BLOCK_N * BLOCK_M) + rows[:, None] * BLOCK_M + cols[None, :]
+        gl.store(local + pid_s * tile_elems, acc)
+        gl.thread_barrier()
+        done = gl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if done == SPLIT - 1:
+            acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            for s in gl.static_range(SPLIT):  # slice order: deterministic
+                acc += gl.load(local + s * tile_elems, cache_modifier=".cg")
+            if HAS_BIAS:
+                acc = acc + gl.load(bias_ptr + orow, mask=orow < N, other=0.0)[:, None]
+            gl.store(optrs, acc.to(gl.bfloat16), mask=omask)
+            gl.atomic_xchg(lock_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next
+    else:
+        if HAS_BIAS:
+            acc = acc + gl.load(bias_ptr + orow, mask=orow < N, other=0.0)[:, None]
+        gl.store(optrs, acc.to(gl.bfloat16), mask=omask)
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    block_m: int  # activation rows a program (wgmma's N: 8..256, a power of two)
+    block_k: int  # a multiple of 128
+    split: int  # K slices (1: none)
+    stages: int  # shared-memory buffers (>= 3: one wgmma in flight)
+
+
+@dataclass(frozen=True)
+class WgmmaPlan:
+    """A call's launch, built once per (weight, M bucket, bias?): one direct launch a call."""
+
+    cfg: WgmmaConfig
+    grid_n: int
+    per_split: int
+    split: int
+    words: Tensor
+    sbytes: Tensor
+    n: int
+    k: int
+    key: int
+
+
+def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
+                out_dtype: torch.dtype, cfg: WgmmaConfig) -> Optional[str]:
+    """Why the wgmma strategy cannot run a call (None: it can)."""
+    if consts["W_PACK"] != 1 or consts["W_BITS"] != 4 or consts["W_SAT"]:
+        return "packed mxfp4 weights only"
+    if x_dtype != torch.bfloat16 or out_dtype != torch.bfloat16:
+        return "bf16 x and output only"
+    if k % cfg.block_k:
+        return f"K={k} is not a multiple of the K tile {cfg.block_k}"
+    if device.type != "cuda" or torch.version.hip is not None:
+        return "needs an NVIDIA GPU"
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return "wgmma is sm_90 only"
+    return None
+
+
+def wgmma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, device: torch.device,
+               x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
+               cfg: WgmmaConfig) -> Optional[WgmmaPlan]:
+    """The plan for up to `m_max` rows, or None where the strategy does not apply (`unavailable`,
+    or a finite scale byte past 128: checked once per weight, a device sync)."""
+    if unavailable(device, consts, k, x_dtype, out_dtype, cfg) is not None:
+        return None
+    layout = cached.get(("wgmma", cfg.block_k), False)
+    if layout is False:
+        from kernels.triton.linear_decode import fast_fp4_scale
+
+        ok = fast_fp4_scale(cached["scales"])
+        layout = cached.setdefault(("wgmma", cfg.block_k), wgmma_layout(
+            cached["data"], cached["scales"], cfg.block_k) if ok else None)
+    if layout is None:
+        return None
+    split, per_split = k_slices(k // cfg.block_k, cfg.split)
+    grid_n = -(-n // (16 * WGMMA_WARPS))
+    if split > 1 and grid_n * -(-m_max // cfg.block_m) > _lock_tiles():
+        split, per_split = 1, k // cfg.block_k
+    words, sbytes = layout
+    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k))
+    return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key)
+
+
+def _lock_tiles() -> int:
+    from kernels.triton.linear_mma import _LOCK_TILES
+
+    return _LOCK_TILES
+
+
+def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
+    """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16."""
+    from kernels.triton.linear_mma import workspace
+
+    m = x2d.shape[0]
+    cfg = plan.cfg
+    grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
+    part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * WGMMA_WARPS * cfg.block_m
+                           if plan.split > 1 else 1, x2d.device)
+    b = bias if bias is not None else lock
+    key = (plan.key, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b), aligned(out),
+           out.stride(0) % 16 == 0, b.dtype)
+    launcher.launch(_wgmma_linear_kernel, key, grid,
+                    (x2d, plan.words, plan.sbytes, b, out, part, lock, m, plan.n, plan.k,
+                     plan.per_split, x2d.stride(0), out.stride(0), bias is not None,
+                     plan.split, cfg.block_m, cfg.block_k, cfg.stages, WGMMA_WARPS),
+                    num_warps=WGMMA_WARPS, num_stages=1)
+
+
+__all__ = ["WgmmaConfig", "WgmmaPlan", "run_wgmma", "unavailable", "wgmma_plan"]

@@ -1,0 +1,184 @@
+"""The Gluon wgmma strategy of `triton-emulation` (kernels/triton/linear_wgmma.py).
+
+On the CPU (CI): the weight layout it reads and its decoder's bit operations, through their
+torch twin (fp4_words.wgmma_decode: the PTX's instructions step for step), against the
+reference dequantization at every code and scale byte; which calls it takes and the refusals.
+On an sm_90 GPU: the kernel itself against reference-emulation (every code and scale byte, NaN /
+Inf / zero / subnormal activations, N tails, split-K, bias, W4A4), deterministic and replayed
+in a CUDA graph.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels.base import load_kernel
+from kernels.mx import MXTensor, mx_dequantize
+from kernels.reference.packing import pack_codes
+from kernels.spec.contract import QuantKey, SchemeContract
+from kernels.spec.formats import FORMATS
+from kernels.triton import fp4_words as fw
+from kernels.triton import linear_wgmma as lw
+from kernels.triton.linear_emulation import fused_linear
+
+KERNEL = load_kernel("triton-emulation")
+ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+FP4 = {"W_PACK": 1, "W_BITS": 4, "W_SAT": False}
+
+
+def key(name: str, static: bool = True) -> QuantKey:
+    return QuantKey.mx(name, rounding="even", static=static)
+
+
+def fp4_weight(n: int, k: int, gen: torch.Generator, specials: bool = True) -> MXTensor:
+    """Random mxfp4 codes (all 16 in every row) and scale bytes 100..128, with the bytes 0, 1,
+    2, 126, 127, 128 and 0xFF (NaN) planted."""
+    codes = torch.randint(0, 16, (n, k), generator=gen)
+    codes[:, :16] = torch.arange(16)
+    scales = torch.randint(100, 129, (n, k // 32), generator=gen)
+    if specials:
+        flat = scales.view(-1)
+        at = torch.randperm(flat.numel(), generator=gen)[:21]
+        flat[at] = torch.tensor([0, 1, 2, 126, 127, 128, 255] * 3)
+    data = pack_codes(codes.to(torch.uint8), FORMATS["mxfp4"], "packed")
+    return MXTensor(data, scales.to(torch.uint8), "mxfp4", "even", torch.Size((n, k)), "packed")
+
+
+def same_values(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal bit for bit as values: NaN where NaN, signed zeros kept."""
+    nan = want.isnan()
+    return (torch.equal(got.isnan(), nan) and torch.equal(got[~nan], want[~nan])
+            and torch.equal(torch.signbit(got[~nan]), torch.signbit(want[~nan])))
+
+
+# ------------------------------------------------------------------------ CPU: layout + decoder
+def test_word_bits_place_every_code_bit_once() -> None:
+    positions = [p for bits in fw.WGMMA_BITS for p in bits]
+    assert sorted(positions) == list(range(32))
+
+
+@pytest.mark.parametrize("n,k,block_k", [(64, 256, 256), (200, 512, 128), (70, 1024, 256),
+                                         (16, 384, 128)])
+def test_layout_decodes_to_the_reference_at_every_code_and_scale(n: int, k: int,
+                                                                  block_k: int) -> None:
+    gen = torch.Generator().manual_seed(n * 7 + k + block_k)
+    w = fp4_weight(n, k, gen)
+    words, sbytes = fw.wgmma_layout(w.data, w.scales, block_k)
+    rows = -(-n // (16 * fw.WGMMA_WARPS)) * 16 * fw.WGMMA_WARPS
+    assert words.dtype == torch.int32 and words.numel() == rows * k // 8
+    assert sbytes.dtype == torch.uint8 and sbytes.numel() == rows * k // 32
+    got = fw.wgmma_decode(words, sbytes, n, k, block_k)
+    assert same_values(got, mx_dequantize(w, torch.float32, backend="reference"))
+
+
+def test_layout_refuses_a_k_its_tiles_do_not_divide() -> None:
+    w = fp4_weight(64, 320, torch.Generator().manual_seed(1), specials=False)
+    with pytest.raises(ValueError, match=r"K=320 must be a multiple of the K tile 256"):
+        fw.wgmma_layout(w.data, w.scales, 256)
+    with pytest.raises(ValueError, match=r"K tile 96 \(itself a multiple of 128\)"):
+        fw.wgmma_layout(w.data, w.scales, 96)
+
+
+def test_unavailable_says_why() -> None:
+    cfg = lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)
+    bf = torch.bfloat16
+    cpu = torch.device("cpu")
+    assert lw.unavailable(cpu, dict(FP4, W_BITS=6, W_PACK=2), 512, bf, bf, cfg) == \
+        "packed mxfp4 weights only"
+    assert lw.unavailable(cpu, FP4, 512, torch.float16, bf, cfg) == "bf16 x and output only"
+    assert lw.unavailable(cpu, FP4, 384, bf, bf, cfg) == "K=384 is not a multiple of the K tile 256"
+    assert lw.unavailable(cpu, FP4, 512, bf, bf, cfg) == "needs an NVIDIA GPU"
+
+
+# ------------------------------------------------------------------------------- GPU: the kernel
+gpu = pytest.mark.skipif(not ON_SM90, reason="wgmma runs on sm_90 only; the CPU tests above "
+                         "check its layout and decoder")
+
+
+def reference_bf16(x: torch.Tensor, prepared, bias=None) -> torch.Tensor:
+    ref = load_kernel("reference-emulation")
+    xq = ref.qdq_activation(x, prepared, backend="reference")
+    w = mx_dequantize(prepared.weight, torch.float32, backend="reference")
+    return F.linear(xq.float(), w, None if bias is None else bias.float())
+
+
+def close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """bf16 output of an fp32 accumulator: NaN where the reference has NaN, else within one
+    bf16 rounding plus summation order (relative to the row's size)."""
+    got = got.float()
+    fin = want.isfinite()
+    if not (torch.equal(got.isnan(), want.isnan()) and torch.equal(got[want.isinf()],
+                                                                  want[want.isinf()])):
+        return False
+    diff = (got - want).masked_fill(~fin, 0)
+    scale = want.masked_fill(~fin, 0).abs().amax(dim=-1, keepdim=True).clamp_min(1e-30)
+    return bool((diff.abs() / scale).max() <= 2.0 ** -7)
+
+
+@gpu
+@pytest.mark.parametrize("m", (1, 3, 16, 40, 64))
+@pytest.mark.parametrize("split", (1, 2, 4))
+def test_kernel_matches_the_reference(m: int, split: int) -> None:
+    gen = torch.Generator().manual_seed(m * 10 + split)
+    n, k = 200, 1024  # N not a multiple of the 64-row tile
+    w = fp4_weight(n, k, gen).to("cuda")
+    prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+    x[0, :32] = 0.0  # a zero block, a subnormal block; in another row a NaN and an inf
+    x[0, 32:64] = 2.0 ** -130
+    if m > 1:
+        x[-1, 64] = float("nan")
+        x[1, 100] = float("inf")
+    bias = torch.randn(n, generator=gen).cuda()
+    cfg = lw.WgmmaConfig(block_m=8 if m == 1 else 16 if m <= 16 else 64, block_k=256 if m <= 16
+                         else 128, split=split, stages=4)
+    for b in (None, bias):
+        out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+        assert out.dtype == torch.bfloat16 and close(out, reference_bf16(x, prepared, b))
+        again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+        assert torch.equal(again.view(torch.int16), out.view(torch.int16))  # deterministic
+    _, lock = __import__("kernels.triton.linear_mma", fromlist=["workspace"]).workspace(
+        1, x.device)
+    assert int(lock.abs().sum()) == 0  # split-K counters back at zero
+
+
+@gpu
+@pytest.mark.parametrize("m", (1, 16))
+def test_the_table_runs_w4a16_and_w4a4_through_wgmma(m: int) -> None:
+    gen = torch.Generator().manual_seed(m)
+    n, k = 256, 2048
+    w = (torch.randn(n, k, generator=gen) * 0.05).cuda()
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+    for akey in (None, key("mxfp4", static=False)):
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=akey))
+        out = fused_linear(x, prepared)
+        plan = next(iter(prepared.cache["triton-emulation"]["plans"].values()))
+        assert plan.strategy == "wgmma" and (plan.qdq is None) == (akey is None)
+        assert close(out, reference_bf16(x, prepared))
+
+
+@gpu
+def test_wgmma_replays_in_a_cuda_graph() -> None:
+    gen = torch.Generator().manual_seed(5)
+    w = fp4_weight(128, 512, gen, specials=False).to("cuda")
+    prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
+    x = torch.randn(1, 512, generator=gen).to(torch.bfloat16).cuda()
+    eager = fused_linear(x, prepared)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fused_linear(x, prepared)
+    x.copy_(torch.randn(1, 512, generator=gen).to(torch.bfloat16))
+    graph.replay()
+    assert torch.equal(captured, fused_linear(x, prepared))
+    assert not torch.equal(captured, eager)
+
+
+@gpu
+def test_forced_wgmma_refuses_what_it_cannot_run() -> None:
+    w = fp4_weight(64, 320, torch.Generator().manual_seed(2), specials=False).to("cuda")
+    prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
+    x = torch.randn(1, 320).to(torch.bfloat16).cuda()
+    with pytest.raises(ValueError, match="'wgmma' cannot run this call: K=320 is not a multiple"):
+        fused_linear(x, prepared, strategy="wgmma")
+    assert close(fused_linear(x, prepared), reference_bf16(x, prepared))  # the table moves on
