@@ -36,13 +36,13 @@ _MID_8 = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stage
 _SMALL_GENERIC = MmaConfig(block_m=16, block_n=64, block_k=128, split=4, warps=4, stages=3)
 _GEMV = GemvConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
 TABLE: tuple[Choice, ...] = (
-    # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel (H200 2026-12-01, bf16 34.8 /
-    # 110 / 115 us): M = 1 15.5 / 42.7 / 42.5 us, M = 16 19.0 / 54.3 / 53.7, M = 64 37.4 / 124 /
-    # 111. Where it does not apply (another GPU, fp16 / fp32 x or output, a scale byte past 128,
-    # K not a multiple of its K tile) the next row of the family runs.
+    # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel (H200 2026-12-01, registry
+    # bench, bf16 34.1 / 107 / 111 us): M = 1 16.9 / 44.8 / 45.2 us, M = 16 21.3 / 59.7 / 59.2.
+    # Where it does not apply (another GPU, fp16 / fp32 x or output, a scale byte past 128, K
+    # not a multiple of its K tile) the next row of the family runs. (block_m 64 measured
+    # 37.4 / 124 / 111 us at M = 64 but summed wrong: linear_wgmma.BLOCK_M_VERIFIED.)
     Choice("fp4", 1, "wgmma", WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)),
     Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=256, split=2, stages=4)),
-    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=4)),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
     # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
     # decode 27.4 / 66.6 / 88.4); M <= 16 mma 23.5 / 73 / 69 (old 45 / 131 / 142)

@@ -145,7 +145,8 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     if strategy == "wgmma":
         cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED)
         why = ("Gluon kernels do not run under TRITON_INTERPRET" if _INTERPRETED else
-               linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg))
+               linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg,
+                                        linear_configs.m_bucket(m)))
         wgmma = None if why else linear_wgmma.wgmma_plan(
             cached, consts, n, k, linear_configs.m_bucket(m), x.device, x.dtype, out_dtype,
             bias is not None, cfg)

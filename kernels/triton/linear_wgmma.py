@@ -235,12 +235,26 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
         gl.store(optrs, acc.to(gl.bfloat16), mask=omask)
 
 
+# wgmma's N (activation rows a program) this kernel is verified at: on the H200 (triton 3.6,
+# 2026-12-01) block_m = 64 gave wrong sums (the same code is right at 8 and 16), so it is
+# refused until that is understood; M > 16 takes the Triton `mma` strategy.
+BLOCK_M_VERIFIED = (8, 16)
+
+
 @dataclass(frozen=True)
 class WgmmaConfig:
-    block_m: int  # activation rows a program (wgmma's N: 8..256, a power of two)
+    block_m: int  # activation rows a program: one of BLOCK_M_VERIFIED
     block_k: int  # a multiple of 128
     split: int  # K slices (1: none)
     stages: int  # shared-memory buffers (>= 3: one wgmma in flight)
+
+    def __post_init__(self) -> None:
+        if self.block_m not in BLOCK_M_VERIFIED:
+            raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
+                             f"{BLOCK_M_VERIFIED} (verified on the H200); M > 16 runs 'mma'")
+        if self.block_k % 128 or self.stages < 3 or self.split < 1:
+            raise ValueError(f"WgmmaConfig: block_k={self.block_k} (a multiple of 128), "
+                             f"stages={self.stages} (>= 3), split={self.split} (>= 1)")
 
 
 @dataclass(frozen=True)
@@ -259,8 +273,10 @@ class WgmmaPlan:
 
 
 def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
-                out_dtype: torch.dtype, cfg: WgmmaConfig) -> Optional[str]:
-    """Why the wgmma strategy cannot run a call (None: it can)."""
+                out_dtype: torch.dtype, cfg: WgmmaConfig, m: int = 1) -> Optional[str]:
+    """Why the wgmma strategy cannot run a call of M rows (None: it can)."""
+    if m > cfg.block_m:
+        return f"M={m} rows need one M tile (block_m={cfg.block_m})"
     if consts["W_PACK"] != 1 or consts["W_BITS"] != 4 or consts["W_SAT"]:
         return "packed mxfp4 weights only"
     if x_dtype != torch.bfloat16 or out_dtype != torch.bfloat16:
@@ -279,7 +295,7 @@ def wgmma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, device: t
                cfg: WgmmaConfig) -> Optional[WgmmaPlan]:
     """The plan for up to `m_max` rows, or None where the strategy does not apply (`unavailable`,
     or a finite scale byte past 128: checked once per weight, a device sync)."""
-    if unavailable(device, consts, k, x_dtype, out_dtype, cfg) is not None:
+    if unavailable(device, consts, k, x_dtype, out_dtype, cfg, m_max) is not None:
         return None
     layout = cached.get(("wgmma", cfg.block_k), False)
     if layout is False:

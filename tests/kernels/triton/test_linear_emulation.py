@@ -240,11 +240,11 @@ def test_strategy_choice_and_refusals() -> None:
     int8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": True}
     assert [lc.weight_family(c) for c in (fp4, fp8, int8)] == ["fp4", "fp8", "other"]
     assert le.strategy_for(1, bf, bf, None, True, fp4)[0] == "wgmma"  # sm_90's Gluon kernel
-    assert le.strategy_for(64, bf, bf, None, True, fp4)[0] == "wgmma"
+    assert le.strategy_for(16, bf, bf, None, True, fp4)[0] == "wgmma"
     # where wgmma does not apply, the family's next row
     assert le.strategy_for(1, bf, bf, None, True, fp4, skip=("wgmma",))[0] == "gemv"
     assert le.strategy_for(2, bf, bf, None, True, fp4, skip=("wgmma",))[0] == "mma"
-    assert le.strategy_for(65, bf, bf, None, True, fp4)[0] == "mma"
+    assert le.strategy_for(17, bf, bf, None, True, fp4)[0] == "mma"
     assert le.strategy_for(128, bf, bf, None, True, fp4)[0] == "mma"
     assert le.strategy_for(129, bf, bf, None, True, fp4)[0] == "dequant-gemm"
     assert le.strategy_for(64, bf, bf, None, True, fp8)[0] == "mma"
@@ -265,7 +265,7 @@ def test_strategy_choice_and_refusals() -> None:
     # a strategy the table did not pick for this M still gets a measured config on a GPU
     assert lc.config_for("mma", "fp4", 1, False) == row("mma", "fp4", 16)  # the M <= 16 row
     assert lc.config_for("gemv", "fp4", 1, False) == row("gemv", "fp4", 1)
-    assert lc.config_for("wgmma", "fp4", 40, False) == row("wgmma", "fp4", 64)
+    assert lc.config_for("wgmma", "fp4", 9, False) == row("wgmma", "fp4", 16)
     assert lc.config_for("mma", "other", 500, False) == lc.TABLE[-1].config  # its last row
     assert lc.config_for("mma", "fp8", 1, True) == lc.INTERPRETER_MMA
     assert lc.config_for("gemv", "other", 1, False) == row("gemv", "fp4", 1)  # no gemv row there
