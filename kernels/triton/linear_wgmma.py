@@ -43,6 +43,7 @@ from kernels.triton import launcher
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
 from kernels.triton.launcher import aligned
+from kernels.triton.linear_mma import _LOCK_TILES, workspace
 
 # One word -> 8 bf16 (pairs 0..3 as bf16x2), each pair times the scale word $9: the PTX twin of
 # fp4_words.wgmma_decode.
@@ -59,66 +60,23 @@ and.b32 b, b, 0x80008000; or.b32 a, a, b; mul.rn.bf16x2 a, a, $9; mov.b32 {$6, $
 """)
 
 
-@gluon.jit
-def _along(n: gl.constexpr, dim: gl.constexpr, L: gl.constexpr):
-    """arange(n) along `dim` of a rank-6 tensor of layout L (size 1 in the other dims): the
-    other dims sliced off from the last, then expanded back from the first."""
-    if dim == 0:
-        v = gl.arange(0, n, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(
-            3, gl.SliceLayout(4, gl.SliceLayout(5, L))))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
-            v, 1), 2), 3), 4), 5)
-    elif dim == 1:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(
-            3, gl.SliceLayout(4, gl.SliceLayout(5, L))))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
-            v, 0), 2), 3), 4), 5)
-    elif dim == 2:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
-            3, gl.SliceLayout(4, gl.SliceLayout(5, L))))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
-            v, 0), 1), 3), 4), 5)
-    elif dim == 3:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
-            2, gl.SliceLayout(4, gl.SliceLayout(5, L))))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
-            v, 0), 1), 2), 4), 5)
-    elif dim == 4:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
-            2, gl.SliceLayout(3, gl.SliceLayout(5, L))))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
-            v, 0), 1), 2), 3), 5)
-    else:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
-            2, gl.SliceLayout(3, gl.SliceLayout(4, L))))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(
-            v, 0), 1), 2), 3), 4)
-    return v
+@gluon.constexpr_function
+def _only(dim, rank, layout):
+    """The layout of dim `dim` alone of a rank-`rank` `layout`: the others sliced off, last
+    first (so the indices of the lower ones hold)."""
+    for d in reversed(range(rank)):
+        if d != dim:
+            layout = gl.SliceLayout(d, layout)
+    return layout
 
 
 @gluon.jit
-def _along5(n: gl.constexpr, dim: gl.constexpr, L: gl.constexpr):
-    """`_along` for a rank-5 layout."""
-    if dim == 0:
-        v = gl.arange(0, n, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(
-            3, gl.SliceLayout(4, L)))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 1), 2), 3), 4)
-    elif dim == 1:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(
-            3, gl.SliceLayout(4, L)))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 2), 3), 4)
-    elif dim == 2:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
-            3, gl.SliceLayout(4, L)))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 1), 3), 4)
-    elif dim == 3:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
-            2, gl.SliceLayout(4, L)))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 1), 2), 4)
-    else:
-        v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(
-            2, gl.SliceLayout(3, L)))))
-        v = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 1), 2), 3)
+def _along(n: gl.constexpr, dim: gl.constexpr, RANK: gl.constexpr, L: gl.constexpr):
+    """arange(n) along `dim` of a rank-RANK tensor of layout L (size 1 in the other dims)."""
+    v = gl.arange(0, n, layout=_only(dim, RANK, L))
+    for d in gl.static_range(RANK):
+        if d != dim:
+            v = gl.expand_dims(v, d)
     return v
 
 
@@ -167,12 +125,12 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
     # tile-relative offsets: words [w][h][b_hi][g][t][b_lo], scale bytes [w][g][h][b] (rank 5:
     # the t dim reduced away; not a t-replicated rank-6 tensor, whose shared load Triton 3.6
     # lowers to an ldmatrix that misplaces 8-bit elements)
-    w_i, g_i = _along(WARPS, 0, WL), _along(8, 1, WL)
-    t_i, h_i = _along(4, 2, WL), _along(2, 3, WL)
-    bh_i, bl_i = _along(NBH, 4, WL), _along(4, 5, WL)
+    w_i, g_i = _along(WARPS, 0, 6, WL), _along(8, 1, 6, WL)
+    t_i, h_i = _along(4, 2, 6, WL), _along(2, 3, 6, WL)
+    bh_i, bl_i = _along(NBH, 4, 6, WL), _along(4, 5, 6, WL)
     woff = w_i * (TW // WARPS) + h_i * (TW // WARPS // 2) + bh_i * 128 + g_i * 16 + t_i * 4 + bl_i
-    soff = (_along5(WARPS, 0, SL) * (TS // WARPS) + _along5(8, 1, SL) * (TS // WARPS // 8)
-            + _along5(2, 2, SL) * (4 * NBH) + _along5(NBH, 3, SL) * 4 + _along5(4, 4, SL))
+    soff = (_along(WARPS, 0, 5, SL) * (TS // WARPS) + _along(8, 1, 5, SL) * (TS // WARPS // 8)
+            + _along(2, 2, 5, SL) * (4 * NBH) + _along(NBH, 3, 5, SL) * 4 + _along(4, 4, 5, SL))
     wbase = w_ptr + (pid_n * ktiles).to(gl.int64) * TW + woff
     sbase = s_ptr + (pid_n * ktiles).to(gl.int64) * TS + soff
     xr = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, XL))
@@ -308,23 +266,15 @@ def wgmma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, device: t
         return None
     split, per_split = k_slices(k // cfg.block_k, cfg.split)
     grid_n = -(-n // (16 * WGMMA_WARPS))
-    if split > 1 and grid_n * -(-m_max // cfg.block_m) > _lock_tiles():
+    if split > 1 and grid_n * -(-m_max // cfg.block_m) > _LOCK_TILES:
         split, per_split = 1, k // cfg.block_k
     words, sbytes = layout
     key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k))
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key)
 
 
-def _lock_tiles() -> int:
-    from kernels.triton.linear_mma import _LOCK_TILES
-
-    return _LOCK_TILES
-
-
 def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
     """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16."""
-    from kernels.triton.linear_mma import workspace
-
     m = x2d.shape[0]
     cfg = plan.cfg
     grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
