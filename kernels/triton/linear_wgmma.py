@@ -275,6 +275,8 @@ def wgmma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, device: t
 
 def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
     """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16."""
+    if x2d.data_ptr() % 16 or x2d.stride(0) % 8:  # cp.async copies x in 16-byte vectors
+        x2d = x2d.clone()  # (a view at an odd offset or row stride: an aligned copy)
     m = x2d.shape[0]
     cfg = plan.cfg
     grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)

@@ -186,6 +186,16 @@ def test_wgmma_replays_in_a_cuda_graph() -> None:
 
 
 @gpu
+def test_unaligned_activation_views_are_copied_not_misread() -> None:
+    gen = torch.Generator().manual_seed(9)
+    w = fp4_weight(128, 512, gen, specials=False).to("cuda")
+    prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
+    wide = torch.randn(3, 515, generator=gen).to(torch.bfloat16).cuda()
+    for x in (wide[:, 1:513], wide[:, 3:515]):  # 2-byte offsets, a row stride of 515
+        assert close(fused_linear(x, prepared), reference_bf16(x, prepared))
+
+
+@gpu
 def test_forced_wgmma_refuses_what_it_cannot_run() -> None:
     w = fp4_weight(64, 320, torch.Generator().manual_seed(2), specials=False).to("cuda")
     prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
