@@ -169,11 +169,16 @@ def test_the_table_runs_w4a16_and_w4a4_through_wgmma(m: int) -> None:
         assert close(out, reference_bf16(x, prepared))
 
 
+def small_layer(seed: int):
+    """(generator, a prepared 128 x 512 mxfp4 layer) on the GPU."""
+    gen = torch.Generator().manual_seed(seed)
+    w = fp4_weight(128, 512, gen, specials=False).to("cuda")
+    return gen, KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
+
+
 @gpu
 def test_wgmma_replays_in_a_cuda_graph() -> None:
-    gen = torch.Generator().manual_seed(5)
-    w = fp4_weight(128, 512, gen, specials=False).to("cuda")
-    prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
+    gen, prepared = small_layer(5)
     x = torch.randn(1, 512, generator=gen).to(torch.bfloat16).cuda()
     eager = fused_linear(x, prepared)
     graph = torch.cuda.CUDAGraph()
@@ -187,9 +192,7 @@ def test_wgmma_replays_in_a_cuda_graph() -> None:
 
 @gpu
 def test_unaligned_activation_views_are_copied_not_misread() -> None:
-    gen = torch.Generator().manual_seed(9)
-    w = fp4_weight(128, 512, gen, specials=False).to("cuda")
-    prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
+    gen, prepared = small_layer(9)
     wide = torch.randn(3, 515, generator=gen).to(torch.bfloat16).cuda()
     for x in (wide[:, 1:513], wide[:, 3:515]):  # 2-byte offsets, a row stride of 515
         assert close(fused_linear(x, prepared), reference_bf16(x, prepared))
