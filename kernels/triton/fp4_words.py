@@ -122,10 +122,10 @@ def fp4_words(cached: dict, consts: dict, k: int, block_k: int) -> Tensor | None
         return None
     words = cached.get("mma_fp4_words", False)
     if words is False:
-        from kernels.triton.linear_decode import fast_fp4_scale
+        from kernels.triton.linear_decode import fp4_scale_fits
 
-        ok = fast_fp4_scale(cached["scales"])
-        words = cached.setdefault("mma_fp4_words", fp4_word_layout(cached["data"]) if ok else None)
+        words = cached.setdefault("mma_fp4_words", fp4_word_layout(cached["data"])
+                                  if fp4_scale_fits(cached) else None)
     return words
 
 

@@ -35,13 +35,14 @@ _MID = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stages=
 _MID_8 = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stages=3)
 _SMALL_GENERIC = MmaConfig(block_m=16, block_n=64, block_k=128, split=4, warps=4, stages=3)
 _GEMV = GemvConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
+_WGMMA_1 = WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)
 TABLE: tuple[Choice, ...] = (
     # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel (H200 2026-12-01, registry
     # bench, bf16 34.1 / 107 / 111 us): M = 1 16.9 / 44.8 / 45.2 us, M = 16 21.3 / 59.7 / 59.2.
     # Where it does not apply (another GPU, fp16 / fp32 x or output, a scale byte past 128, K
     # not a multiple of its K tile) the next row of the family runs. (block_m 64 measured
     # 37.4 / 124 / 111 us at M = 64 but summed wrong: linear_wgmma.BLOCK_M_VERIFIED.)
-    Choice("fp4", 1, "wgmma", WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)),
+    Choice("fp4", 1, "wgmma", _WGMMA_1),
     Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=256, split=2, stages=4)),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
     # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
@@ -103,7 +104,7 @@ def config_for(strategy: str, family: str, m: int, interpreted: bool) -> object:
     if row is not None:
         return row.config
     return {"mma": _SMALL_GENERIC if m <= 16 else _MID_8, "gemv": _GEMV,
-            "wgmma": TABLE[0].config}.get(strategy, GPU_FMA_CONFIG_8BIT)
+            "wgmma": _WGMMA_1}.get(strategy, GPU_FMA_CONFIG_8BIT)
 
 
 def m_bucket(m: int) -> int:

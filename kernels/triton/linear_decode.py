@@ -223,6 +223,15 @@ def fast_fp4_scale(scales: Tensor) -> bool:
     return bool(finite.numel() == 0 or int(finite.max()) <= 128)
 
 
+def fp4_scale_fits(cached: dict) -> bool:
+    """`fast_fp4_scale` of a prepared weight, checked once and kept in `cached` (a device sync:
+    never per call); the decode, the 32-bit words (mma, gemv) and the wgmma layout all ask it."""
+    ok = cached.get("fast_fp4_scale")
+    if ok is None:
+        ok = cached.setdefault("fast_fp4_scale", fast_fp4_scale(cached["scales"]))
+    return ok
+
+
 def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,
                   dot_kind: int, precision: str, hw_cast: bool, in_kind: int, out_kind: int,
                   config: DecodeConfig, remember: dict | None = None) -> Tensor:
@@ -271,9 +280,7 @@ def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, 
                   and not consts["W_SAT"])
     w_split = config.split_fp4 and packed_fp4
     fp4_fast = config.fast_fp4 and packed_fp4 and not w_split
-    fast_scale = cached.get("fast_fp4_scale")
-    if packed_fp4 and fast_scale is None:  # once per weight (a device sync: not per call)
-        fast_scale = cached.setdefault("fast_fp4_scale", fast_fp4_scale(scales))
+    fast_scale = packed_fp4 and fp4_scale_fits(cached)
     if w_split:
         key = f"decode_split_fp4_{config.block_k}"
         data = cached.get(key)
@@ -290,7 +297,7 @@ def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, 
     named = dict(IN_KIND=in_kind, OUT_KIND=out_kind, HAS_BIAS=bias is not None,
                  DOT_KIND=dot_kind, DOT_PRECISION=precision, HW_CAST=hw_cast, USE_DOT=use_dot,
                  SPLIT=split, W_SPLIT=w_split, ACC2D=config.acc2d and not use_dot,
-                 FP4_FAST=fp4_fast, FAST_SCALE=bool(packed_fp4 and fast_scale),
+                 FP4_FAST=fp4_fast, FAST_SCALE=fast_scale,
                  BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, **consts)
     tail = tuple(named[name] for name in _decode_linear_kernel.arg_names[len(head):])
     launcher.launch_auto(_decode_linear_kernel, grid, head + tail, num_warps=config.warps,

@@ -144,12 +144,11 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     family = linear_configs.weight_family(consts)
     if strategy == "wgmma":
         cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED)
+        rows = linear_configs.m_bucket(m)
         why = ("Gluon kernels do not run under TRITON_INTERPRET" if _INTERPRETED else
-               linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg,
-                                        linear_configs.m_bucket(m)))
-        wgmma = None if why else linear_wgmma.wgmma_plan(
-            cached, consts, n, k, linear_configs.m_bucket(m), x.device, x.dtype, out_dtype,
-            bias is not None, cfg)
+               linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg, rows))
+        wgmma = None if why else linear_wgmma.wgmma_plan(cached, n, k, rows, bias is not None,
+                                                         cfg)
         if wgmma is not None:
             return _Plan(strategy, cfg, None, _act_qdq(prepared, consts, x, k, m), True,
                          wgmma=wgmma)

@@ -43,6 +43,7 @@ from kernels.triton import launcher
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
 from kernels.triton.launcher import aligned
+from kernels.triton.linear_decode import fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 
 # One word -> 8 bf16 (pairs 0..3 as bf16x2), each pair times the scale word $9: the PTX twin of
@@ -248,22 +249,17 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
     return None
 
 
-def wgmma_plan(cached: dict, consts: dict, n: int, k: int, m_max: int, device: torch.device,
-               x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
+def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                cfg: WgmmaConfig) -> Optional[WgmmaPlan]:
-    """The plan for up to `m_max` rows, or None where the strategy does not apply (`unavailable`,
-    or a finite scale byte past 128: checked once per weight, a device sync)."""
-    if unavailable(device, consts, k, x_dtype, out_dtype, cfg, m_max) is not None:
+    """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where a finite
+    scale byte is past 128 (`fp4_scale_fits`: checked once per weight, a device sync)."""
+    if not fp4_scale_fits(cached):
         return None
-    layout = cached.get(("wgmma", cfg.block_k), False)
-    if layout is False:
-        from kernels.triton.linear_decode import fast_fp4_scale
-
-        ok = fast_fp4_scale(cached["scales"])
-        layout = cached.setdefault(("wgmma", cfg.block_k), wgmma_layout(
-            cached["data"], cached["scales"], cfg.block_k) if ok else None)
+    key = ("wgmma", cfg.block_k)
+    layout = cached.get(key)
     if layout is None:
-        return None
+        layout = cached.setdefault(key, wgmma_layout(cached["data"], cached["scales"],
+                                                     cfg.block_k))
     split, per_split = k_slices(k // cfg.block_k, cfg.split)
     grid_n = -(-n // (16 * WGMMA_WARPS))
     if split > 1 and grid_n * -(-m_max // cfg.block_m) > _LOCK_TILES:
