@@ -14,6 +14,7 @@ there is nothing compiled: every call goes through Triton.
 """
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Any, Hashable, Sequence
 
@@ -30,12 +31,15 @@ def aligned(t: Any) -> bool:
     return t.data_ptr() % 16 == 0
 
 
-def spec_key(args: Sequence[Any]) -> tuple:
+def spec_key(args: Sequence[Any], constexprs: frozenset = frozenset()) -> tuple:
     """Triton's specialization of `args`, conservatively: per tensor its dtype and 16-byte
-    alignment; per int whether it is 1, a multiple of 16, 32-bit; other values as they are."""
-    return tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
+    alignment; per int whether it is 1, a multiple of 16, 32-bit; the constexprs (their indices
+    in `constexprs`) and other values as they are. (A constexpr int keyed like a runtime int
+    once reused a kernel compiled for another tile: BLOCK_R 2 and 4 share (False, False, True).)"""
+    return tuple(a if i in constexprs else
+                 (a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
                  (a == 1, a % 16 == 0, -2**31 <= a < 2**31) if type(a) is int else a
-                 for a in args)
+                 for i, a in enumerate(args))
 
 
 def launch(fn: Any, key: Hashable, grid: Sequence[int], args: Sequence[Any], *, num_warps: int,
@@ -73,8 +77,23 @@ def _hooked() -> bool:
 
 def launch_auto(fn: Any, grid: Sequence[int], args: Sequence[Any], *, num_warps: int,
                 num_stages: int = 3) -> None:
-    """`launch` with the key computed from the arguments (`spec_key`)."""
-    launch(fn, spec_key(args), grid, args, num_warps=num_warps, num_stages=num_stages)
+    """`launch` with the key computed from the arguments (`spec_key`, constexprs by value)."""
+    launch(fn, spec_key(args, constexpr_indices(fn)), grid, args, num_warps=num_warps,
+           num_stages=num_stages)
+
+
+_CONSTEXPRS: dict[int, frozenset] = {}
+
+
+def constexpr_indices(fn: Any) -> frozenset:
+    """The positions of a jitted kernel's `tl.constexpr` parameters (compiled or interpreted:
+    read from the Python signature's annotations)."""
+    found = _CONSTEXPRS.get(id(fn))
+    if found is None:
+        params = inspect.signature(getattr(fn, "fn", fn)).parameters.values()
+        found = frozenset(i for i, p in enumerate(params) if "constexpr" in str(p.annotation))
+        _CONSTEXPRS[id(fn)] = found
+    return found
 
 
 _INTERNED: dict[Hashable, int] = {}
@@ -91,4 +110,5 @@ def compiled_count() -> int:
     return len(_COMPILED)
 
 
-__all__ = ["aligned", "compiled_count", "intern", "launch", "launch_auto", "spec_key"]
+__all__ = ["aligned", "compiled_count", "constexpr_indices", "intern", "launch", "launch_auto",
+           "spec_key"]

@@ -35,15 +35,22 @@ _MID = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stages=
 _MID_8 = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stages=3)
 _SMALL_GENERIC = MmaConfig(block_m=16, block_n=64, block_k=128, split=4, warps=4, stages=3)
 _GEMV = GemvConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
-_WGMMA_1 = WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)
+_WGMMA_1 = WgmmaConfig(block_m=8, block_k=256, split=2, stages=3)
 TABLE: tuple[Choice, ...] = (
-    # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel (H200 2026-12-01, registry
-    # bench, bf16 34.1 / 107 / 111 us): M = 1 16.9 / 44.8 / 45.2 us, M = 16 21.3 / 59.7 / 59.2.
+    # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel, block_m = M's bucket (H200
+    # 2026-12-01, .scratch/gpu_wg2.py, graph, cold weights; N x K = 8192^2 / 28672 x 8192 /
+    # 8192 x 28672; bf16 F.linear 34.6-38 / 109-129 / 115-128 us):
+    #   M = 1   16.7 / 43.8 / 44.2 us     M = 16  18.7 / 54.1 / 51.7 us
+    #   M = 32  20.1 / 62.9 / 53.6 us     M = 64  28.0 / 89.4 / 78.6 us
+    #   M = 128 46.0 / 130.6 (split-K off: 448 tiles) / 127.3 us (mma: 70 / 242 / 211)
     # Where it does not apply (another GPU, fp16 / fp32 x or output, a scale byte past 128, K
-    # not a multiple of its K tile) the next row of the family runs. (block_m 64 measured
-    # 37.4 / 124 / 111 us at M = 64 but summed wrong: linear_wgmma.BLOCK_M_VERIFIED.)
+    # not a multiple of its K tile) the next row of the family that takes M runs.
     Choice("fp4", 1, "wgmma", _WGMMA_1),
-    Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=256, split=2, stages=4)),
+    Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
+    Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=256, split=2, stages=3)),
+    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
+    Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
+                                            max_tiles=256)),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
     # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
     # decode 27.4 / 66.6 / 88.4); M <= 16 mma 23.5 / 73 / 69 (old 45 / 131 / 142)
@@ -109,7 +116,7 @@ def config_for(strategy: str, family: str, m: int, interpreted: bool) -> object:
 
 def m_bucket(m: int) -> int:
     """The M ranges the table distinguishes (plans are cached per bucket)."""
-    for top in (1, 16, 64, 128):
+    for top in (1, 16, 32, 64, 128):
         if m <= top:
             return top
     return 1 << 30

@@ -71,6 +71,14 @@ def _only(dim, rank, layout):
     return layout
 
 
+@gluon.constexpr_function
+def _x_copy_layout(block_k, warps):
+    """The x tile's copy layout: 16-byte vectors, lanes along K, warps along rows, so that no
+    two threads copy the same vector (for M up to block_m: rows per pass 32 // lanes * warps)."""
+    lanes = min(32, block_k // 8)
+    return gl.BlockedLayout([1, 8], [32 // lanes, lanes], [warps, 1], [1, 0])
+
+
 @gluon.jit
 def _along(n: gl.constexpr, dim: gl.constexpr, RANK: gl.constexpr, L: gl.constexpr):
     """arange(n) along `dim` of a rank-RANK tensor of layout L (size 1 in the other dims)."""
@@ -106,13 +114,13 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
     TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
     TS: gl.constexpr = BLOCK_N * BLOCK_K // 32  # scale bytes a tile
-    D: gl.constexpr = STAGES - 2  # prefetch distance: one wgmma in flight reads a 2nd buffer
+    D: gl.constexpr = STAGES - 1  # prefetch distance (no wgmma in flight past its iteration)
     WL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 4], [1, 8, 4, 1, 1, 1],
                                         [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                   instr_shape=[16, BLOCK_M, 16])
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    XL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, WARPS], [1, 0])
+    XL: gl.constexpr = _x_copy_layout(BLOCK_K, WARPS)
     XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     SL: gl.constexpr = gl.SliceLayout(2, WL)  # scale bytes: the t lanes of a row share them
     WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # 16 B a lane in a row
@@ -153,7 +161,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
         i = kk - k_lo
         async_copy.wait_group(D - 1)  # tile kk has landed (this thread's copies)
         fence_async_shared()  # ... and is visible to wgmma's async proxy
-        gl.thread_barrier()  # every thread's: and wgmma kk - 2 is done (waited at kk - 1)
+        gl.thread_barrier()  # every thread's; and every warp is past wgmma kk - 1
         t = gl.minimum(kk + D, k_hi - 1)
         nxt = (i + D) % STAGES
         async_copy.async_copy_global_to_shared(w_smem.index(nxt), wbase + t * TW)
@@ -164,8 +172,11 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
         cur = i % STAGES
         a = _decode(w_smem.index(cur).load(WL), s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A)
         acc = warpgroup_mma(a, x_smem.index(cur).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+        # Retired at once: wgmma reads its A registers while in flight and ptxas (CUDA 12.8 /
+        # 13.0) does not keep them from being reused across the loop's back edge (the SASS of
+        # a wait(1) version writes them at the loop's top; H200: wrong sums at block_m 64 / 128
+        # and wherever 2+ CTAs share an SM). Overlap comes from the CTAs sharing the SM.
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
     async_copy.wait_group(0)
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -194,10 +205,9 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
         gl.store(optrs, acc.to(gl.bfloat16), mask=omask)
 
 
-# wgmma's N (activation rows a program) this kernel is verified at: on the H200 (triton 3.6,
-# 2026-12-01) block_m = 64 gave wrong sums (the same code is right at 8 and 16), so it is
-# refused until that is understood; M > 16 takes the Triton `mma` strategy.
-BLOCK_M_VERIFIED = (8, 16)
+# wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
+# the 2026-12-01 sweeps, N x K 200 x 1024 and 28672 x 8192, three calls each, bit-identical).
+BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -205,15 +215,17 @@ class WgmmaConfig:
     block_m: int  # activation rows a program: one of BLOCK_M_VERIFIED
     block_k: int  # a multiple of 128
     split: int  # K slices (1: none)
-    stages: int  # shared-memory buffers (>= 3: one wgmma in flight)
+    stages: int  # shared-memory buffers (>= 2): stages - 1 K tiles in flight
+    max_tiles: int = 0  # split-K only while output tiles <= this (0: always); data, not a rule
 
     def __post_init__(self) -> None:
         if self.block_m not in BLOCK_M_VERIFIED:
             raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
-                             f"{BLOCK_M_VERIFIED} (verified on the H200); M > 16 runs 'mma'")
-        if self.block_k % 128 or self.stages < 3 or self.split < 1:
+                             f"{BLOCK_M_VERIFIED} (verified on the H200)")
+        if self.block_k % 128 or self.stages < 2 or self.split < 1 or self.max_tiles < 0:
             raise ValueError(f"WgmmaConfig: block_k={self.block_k} (a multiple of 128), "
-                             f"stages={self.stages} (>= 3), split={self.split} (>= 1)")
+                             f"stages={self.stages} (>= 2), split={self.split} (>= 1), "
+                             f"max_tiles={self.max_tiles} (>= 0)")
 
 
 @dataclass(frozen=True)
@@ -262,7 +274,8 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                                                      cfg.block_k))
     split, per_split = k_slices(k // cfg.block_k, cfg.split)
     grid_n = -(-n // (16 * WGMMA_WARPS))
-    if split > 1 and grid_n * -(-m_max // cfg.block_m) > _LOCK_TILES:
+    tiles = grid_n * -(-m_max // cfg.block_m)
+    if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, k // cfg.block_k
     words, sbytes = layout
     key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k))

@@ -119,3 +119,26 @@ def test_triton_emulation_runs_every_dtype_at_its_largest_tiles(wfmt, dtype, m):
     got = le.fused_linear(x, prepared, strategy=strategy, out_dtype=torch.float32)
     want = ReferenceEmulationLinear().apply(x.float(), prepared).float()
     torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5 * float(want.abs().max()))
+
+
+def test_launch_auto_keys_constexprs_by_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tiles must not share a compiled kernel: a constexpr int keyed like a runtime int
+    (1? multiple of 16? 32-bit?) made BLOCK_R 2 and 4 one key, and on the H200 a quantize with
+    tile 4 x 128 ran the kernel compiled for 2 x 256 (scale bytes of whole rows unwritten)."""
+    from kernels.triton import launcher, mx_quant
+
+    keys = []
+    monkeypatch.setattr(launcher, "launch", lambda fn, key, grid, args, **kw: keys.append(key))
+    fn = mx_quant._quantize_kernel
+    consts = launcher.constexpr_indices(fn)
+    names = fn.arg_names
+    assert {names[i] for i in consts} == set(names[names.index("IN_KIND"):])
+    x = torch.zeros(4, 256)
+    head = [x, x, x, 4, 256, 256, 256, 256]
+    tail = [0] * (len(fn.arg_names) - len(head))
+    for block_r, block_k in ((2, 256), (4, 128), (4, 256)):
+        args = head + tail[:-2] + [block_r, block_k]
+        launcher.launch_auto(fn, (1,), args, num_warps=4)
+    assert len(set(keys)) == 3
+    # runtime ints still keyed by Triton's specialization only (one kernel for K = 48 and 80)
+    assert launcher.spec_key([48, x], consts) == launcher.spec_key([80, x], consts)

@@ -244,8 +244,10 @@ def test_strategy_choice_and_refusals() -> None:
     # where wgmma does not apply, the family's next row
     assert le.strategy_for(1, bf, bf, None, True, fp4, skip=("wgmma",))[0] == "gemv"
     assert le.strategy_for(2, bf, bf, None, True, fp4, skip=("wgmma",))[0] == "mma"
-    assert le.strategy_for(17, bf, bf, None, True, fp4)[0] == "mma"
-    assert le.strategy_for(128, bf, bf, None, True, fp4)[0] == "mma"
+    for m in (17, 32, 33, 64, 65, 128):  # one M tile of 32 / 64 / 128 rows
+        assert le.strategy_for(m, bf, bf, None, True, fp4)[0] == "wgmma"
+    assert le.strategy_for(17, bf, bf, None, True, fp4, skip=("wgmma",))[0] == "mma"
+    assert le.strategy_for(128, bf, bf, None, True, fp4, skip=("wgmma",))[0] == "mma"
     assert le.strategy_for(129, bf, bf, None, True, fp4)[0] == "dequant-gemm"
     assert le.strategy_for(64, bf, bf, None, True, fp8)[0] == "mma"
     assert le.strategy_for(65, bf, bf, None, True, fp8)[0] == "dequant-gemm"
@@ -269,8 +271,8 @@ def test_strategy_choice_and_refusals() -> None:
     assert lc.config_for("mma", "other", 500, False) == lc.TABLE[-1].config  # its last row
     assert lc.config_for("mma", "fp8", 1, True) == lc.INTERPRETER_MMA
     assert lc.config_for("gemv", "other", 1, False) == row("gemv", "fp4", 1)  # no gemv row there
-    assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 64, 65, 128, 129)] == \
-        [1, 16, 16, 64, 64, 128, 128, 1 << 30]
+    assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 65, 128, 129)] == \
+        [1, 16, 16, 32, 32, 64, 64, 128, 128, 1 << 30]
     prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),
                               SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
                                              activation=None))

@@ -118,18 +118,26 @@ def close(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 
 def test_configs_past_the_verified_tiles_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"block_m=64 is not one of \(8, 16\)"):
-        lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=4)
+    with pytest.raises(ValueError, match=r"block_m=48 is not one of \(8, 16, 32, 64, 128\)"):
+        lw.WgmmaConfig(block_m=48, block_k=128, split=2, stages=4)
     with pytest.raises(ValueError, match=r"block_k=96 \(a multiple of 128\)"):
         lw.WgmmaConfig(block_m=16, block_k=96, split=2, stages=4)
+    with pytest.raises(ValueError, match=r"stages=1 \(>= 2\)"):
+        lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=1)
+    with pytest.raises(ValueError, match=r"max_tiles=-1 \(>= 0\)"):
+        lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=2, max_tiles=-1)
     cfg = lw.WgmmaConfig(block_m=16, block_k=256, split=2, stages=4)
     bf = torch.bfloat16
     assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, cfg, m=17) == \
         "M=17 rows need one M tile (block_m=16)"
 
 
+def tile_for(m: int) -> int:
+    return next(b for b in lw.BLOCK_M_VERIFIED if b >= m)
+
+
 @gpu
-@pytest.mark.parametrize("m", (1, 3, 16))
+@pytest.mark.parametrize("m", (1, 3, 16, 17, 40, 64, 100, 128))
 @pytest.mark.parametrize("split", (1, 2, 4))
 def test_kernel_matches_the_reference(m: int, split: int) -> None:
     gen = torch.Generator().manual_seed(m * 10 + split)
@@ -143,7 +151,8 @@ def test_kernel_matches_the_reference(m: int, split: int) -> None:
         x[-1, 64] = float("nan")
         x[1, 100] = float("inf")
     bias = torch.randn(n, generator=gen).cuda()
-    cfg = lw.WgmmaConfig(block_m=8 if m == 1 else 16, block_k=256, split=split, stages=4)
+    cfg = lw.WgmmaConfig(block_m=tile_for(m), block_k=256 if m <= 32 else 128, split=split,
+                         stages=2 + split % 3)
     for b in (None, bias):
         out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
         assert out.dtype == torch.bfloat16 and close(out, reference_bf16(x, prepared, b))
@@ -155,7 +164,24 @@ def test_kernel_matches_the_reference(m: int, split: int) -> None:
 
 
 @gpu
-@pytest.mark.parametrize("m", (1, 16))
+@pytest.mark.parametrize("block_m,split", [(16, 2), (64, 2), (64, 1), (128, 2)])
+def test_many_ctas_an_sm_sum_right_every_time(block_m: int, split: int) -> None:
+    """Thousands of K tiles over 2+ CTAs an SM: with one wgmma left in flight across the K
+    loop's back edge, ptxas reused its A registers and sums went wrong at random (H200, block_m
+    64 / 128, 2026-12-01); every call must match the reference and the others bit for bit."""
+    gen = torch.Generator().manual_seed(block_m + split)
+    n, k = 8192, 4096
+    w = fp4_weight(n, k, gen, specials=False).to("cuda")
+    prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
+    x = torch.randn(block_m, k, generator=gen).to(torch.bfloat16).cuda()
+    cfg = lw.WgmmaConfig(block_m=block_m, block_k=128, split=split, stages=3)
+    outs = [fused_linear(x, prepared, strategy="wgmma", config=cfg) for _ in range(4)]
+    assert close(outs[0], reference_bf16(x, prepared))
+    assert all(torch.equal(o.view(torch.int16), outs[0].view(torch.int16)) for o in outs)
+
+
+@gpu
+@pytest.mark.parametrize("m", (1, 16, 32, 64, 128))
 def test_the_table_runs_w4a16_and_w4a4_through_wgmma(m: int) -> None:
     gen = torch.Generator().manual_seed(m)
     n, k = 256, 2048
