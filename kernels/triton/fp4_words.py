@@ -171,24 +171,24 @@ WGMMA_WARPS = 4  # one warpgroup: BLOCK_N = 64 weight rows a program
 def wgmma_layout(data: Tensor, scales: Tensor, block_k: int,
                  warps: int = WGMMA_WARPS) -> tuple[Tensor, Tensor]:
     """Packed mxfp4 codes [N, K/2] + E8M0 bytes [N, K/32] -> (int32 words, uint8 scale bytes),
-    tile by tile ([16 * warps, block_k] tiles, N padded with zero rows). Scale byte E becomes
-    E + 126 (the bf16 exponent of 2**(E - 1)); a NaN block (0xFF) keeps 0xFF and its codes become
-    0, so every element decodes to 0 * inf = NaN. Needs K % block_k == 0, block_k % 128 == 0 and
-    every finite scale byte <= 128 (`linear_decode.fast_fp4_scale`)."""
+    tile by tile ([16 * warps, block_k] tiles; N padded with zero rows, K with zero columns to
+    whole tiles: code 0, scale byte 0, value +0, and the kernel zero-fills x past K). Scale byte
+    E becomes E + 126 (the bf16 exponent of 2**(E - 1)); a NaN block (0xFF) keeps 0xFF and its
+    codes become 0, so every element decodes to 0 * inf = NaN. Needs K % 32 == 0,
+    block_k % 128 == 0 and every finite scale byte <= 128 (`linear_decode.fast_fp4_scale`)."""
     n, half_k = data.shape
     k = 2 * half_k
-    if block_k % 128 or k % block_k:
-        raise ValueError(f"wgmma_layout: K={k} must be a multiple of the K tile {block_k} "
-                         "(itself a multiple of 128)")
+    if block_k % 128 or k % 32:
+        raise ValueError(f"wgmma_layout: K={k} must hold whole 32-element blocks and the K tile "
+                         f"{block_k} be a multiple of 128")
     rows = 16 * warps
     nan = scales == 255
     codes = torch.stack((data & 0xF, data >> 4), dim=-1).reshape(n, k)
     codes = codes.masked_fill(nan.repeat_interleave(32, dim=1), 0)
     sbytes = torch.where(nan, scales, scales + 126)
-    pad = -n % rows
-    if pad:
-        codes = torch.cat((codes, codes.new_zeros((pad, k))))
-        sbytes = torch.cat((sbytes, sbytes.new_zeros((pad, k // 32))))
+    codes = torch.nn.functional.pad(codes, (0, -k % block_k, 0, -n % rows))
+    sbytes = torch.nn.functional.pad(sbytes, (0, -k % block_k // 32, 0, -n % rows))
+    k += -k % block_k
     nt, kt, nb = codes.shape[0] // rows, k // block_k, block_k // 32
     # (nt, w, h, g, kt, b_hi, b_lo, c0, q, t, e) -> (nt, kt, w, h, b_hi, g, t, b_lo | c0, q, e)
     c = codes.reshape(nt, warps, 2, 8, kt, nb // 4, 4, 2, 2, 4, 2).to(torch.int64)
@@ -210,8 +210,10 @@ def _rotr(v: Tensor, r: int) -> Tensor:
 def wgmma_decode(words: Tensor, sbytes: Tensor, n: int, k: int, block_k: int,
                  warps: int = WGMMA_WARPS) -> Tensor:
     """fp32 [n, k] values of `wgmma_layout` words by the kernel's own bit operations (the PTX of
-    linear_wgmma, step for step, in integer torch): the CPU check of the GPU decoder."""
+    linear_wgmma, step for step, in integer torch): the CPU check of the GPU decoder. The K
+    padding decodes too: [n, K rounded up to block_k]."""
     rows, nb = 16 * warps, block_k // 32
+    k += -k % block_k
     w = words.to(torch.int64) & 0xFFFFFFFF
     full, eem, sign = 0x81C081C0, 0x01C001C0, 0x80008000
     pairs = (w & full, _rotr(w, 3) & full, ((w >> 6) & eem) | (_rotr(w, 1) & sign),

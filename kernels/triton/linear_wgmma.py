@@ -15,16 +15,17 @@ The kernel (swap AB: out^T = W @ x^T; 4 warps = one warpgroup = 64 weight rows a
   one CTA barrier per K tile;
 - decode: 15 instructions per word of 8 codes (the bit placement of fp4_words.WGMMA_BITS), one
   multiply per scale byte for the scale word;
-- async wgmma (one in flight) with x^T from shared memory as the B operand;
+- wgmma with x^T from shared memory as the B operand, retired in its own K iteration (its A
+  registers: see the loop);
 - split-K reduced in-kernel by the last slice to finish (as linear_mma: an atomic counter per
   output tile, self-resetting; the partials in linear_mma.workspace): one launch, deterministic.
 
-Scope: bf16 x (raw: W4A16, or W4A4 after the planned activation QDQ), bf16 output, K a multiple
-of BLOCK_K, every finite scale byte <= 128, sm_90 (wgmma). Elsewhere `wgmma_plan` says why not
-and the caller takes the table's next strategy. Gluon does not run under TRITON_INTERPRET: CPU CI
-checks the layout and the decoder's bit operations through their torch twin
+Scope: bf16 x (raw: W4A16, or W4A4 after the planned activation QDQ), bf16 output, K whole
+32-blocks (tiles padded), every finite scale byte <= 128, sm_90. Elsewhere `wgmma_plan` says why
+not and the caller takes the table's next strategy. Gluon does not run under TRITON_INTERPRET:
+CPU CI checks the layout and the decoder's bit operations through their torch twin
 (fp4_words.wgmma_decode, the same instructions step for step) and the GPU tests check the kernel
-against reference-emulation.
+against reference-emulation. GROUPED: MoE experts (moe_wgmma.py), one tile table slot a program.
 """
 from __future__ import annotations
 
@@ -105,11 +106,44 @@ def _decode(words, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, A: gl.c
     return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
 
 
-@gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT"])
+@gluon.jit
+def _store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
+               HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr):
+    """Dense: acc (+ bias) as bf16 to out[row0 + col, orow]. Grouped (MoE): acc * the row's
+    routing weight, fp32, to out[dest[row0 + col], orow] (each row written by one program)."""
+    omask = (orow < N)[:, None] & (cols < rows_left)[None, :]
+    if GROUPED:
+        dest = gl.load(dest_ptr + row0 + cols, mask=cols < rows_left, other=0)
+        rw = gl.load(rw_ptr + row0 + cols, mask=cols < rows_left, other=0.0)
+        gl.store(out_ptr + dest.to(gl.int64)[None, :] * stride_o + orow[:, None],
+                 acc * rw[None, :], mask=omask)
+    else:
+        if HAS_BIAS:
+            acc = acc + gl.load(bias_ptr + orow, mask=orow < N, other=0.0)[:, None]
+        gl.store(out_ptr + (row0 + cols).to(gl.int64)[None, :] * stride_o + orow[:, None],
+                 acc.to(gl.bfloat16), mask=omask)
+
+
+@gluon.jit
+def _x_mask(xmask, xc, t, K, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr):
+    """The x tile t's copy mask: rows in range, and (K_TAIL: K is not whole tiles) columns < K
+    (the rest is zero-filled, against the layout's zero padding)."""
+    if K_TAIL:
+        xmask = xmask & ((xc + t * BLOCK_K) < K)[None, :]
+    return xmask
+
+
+@gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
 def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
-                         M, N, K, TILES_PER_SPLIT, stride_x, stride_o,
+                         grp_ptr, dest_ptr, rw_ptr, M, N, K, TILES_PER_SPLIT, E, stride_x,
+                         stride_o, stride_we, stride_se,
                          HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
-                         BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr):
+                         BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
+                         K_TAIL: gl.constexpr, GROUPED: gl.constexpr):
+    """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
+    tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
+    (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
+    expert order, w / s every expert's layout (strides stride_we / stride_se)."""
     BLOCK_N: gl.constexpr = 16 * WARPS
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
     TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
@@ -128,7 +162,19 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
     pid_n = gl.program_id(0)
     pid_m = gl.program_id(1)
     pid_s = gl.program_id(2)
-    ktiles = K // BLOCK_K
+    row0 = pid_m * BLOCK_M  # the tile's first activation row
+    rows_left = M - row0
+    if GROUPED:
+        slots = gl.num_programs(1)
+        e = gl.load(grp_ptr + pid_m)
+        if e >= E:
+            return
+        m_tile = gl.load(grp_ptr + slots + pid_m)
+        row0 = gl.load(grp_ptr + 2 * slots + e) + m_tile * BLOCK_M
+        rows_left = gl.load(grp_ptr + 2 * slots + E + e) - m_tile * BLOCK_M
+        w_ptr += e.to(gl.int64) * stride_we
+        s_ptr += e.to(gl.int64) * stride_se
+    ktiles = (K + BLOCK_K - 1) // BLOCK_K  # the layout pads K to whole tiles
     k_lo = pid_s * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
     # tile-relative offsets: words [w][h][b_hi][g][t][b_lo], scale bytes [w][g][h][b] (rank 5:
@@ -142,10 +188,10 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
             + _along(2, 2, 5, SL) * (4 * NBH) + _along(NBH, 3, 5, SL) * 4 + _along(4, 4, 5, SL))
     wbase = w_ptr + (pid_n * ktiles).to(gl.int64) * TW + woff
     sbase = s_ptr + (pid_n * ktiles).to(gl.int64) * TS + soff
-    xr = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, XL))
+    xi = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, XL))
     xc = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, XL))
-    xptrs = x_ptr + xr.to(gl.int64)[:, None] * stride_x + xc[None, :]
-    xmask = (xr < M)[:, None] & (xc >= 0)[None, :]
+    xptrs = x_ptr + (row0 + xi).to(gl.int64)[:, None] * stride_x + xc[None, :]
+    xmask = (xi < rows_left)[:, None] & (xc >= 0)[None, :]
 
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, 4], WS)
     s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, WARPS, 8, 2, NBH, 4], SS)
@@ -154,7 +200,8 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
         t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
         async_copy.async_copy_global_to_shared(w_smem.index(s), wbase + t * TW)
         async_copy.async_copy_global_to_shared(s_smem.index(s), sbase + t * TS)
-        async_copy.async_copy_global_to_shared(x_smem.index(s), xptrs + t * BLOCK_K, mask=xmask)
+        async_copy.async_copy_global_to_shared(x_smem.index(s), xptrs + t * BLOCK_K,
+                                               mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
         async_copy.commit_group()
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
     for kk in range(k_lo, k_hi):
@@ -167,7 +214,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
         async_copy.async_copy_global_to_shared(w_smem.index(nxt), wbase + t * TW)
         async_copy.async_copy_global_to_shared(s_smem.index(nxt), sbase + t * TS)
         async_copy.async_copy_global_to_shared(x_smem.index(nxt), xptrs + t * BLOCK_K,
-                                               mask=xmask)
+                                               mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
         async_copy.commit_group()
         cur = i % STAGES
         a = _decode(w_smem.index(cur).load(WL), s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A)
@@ -181,9 +228,6 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
     orow = pid_n * BLOCK_N + rows  # output features
-    ocol = pid_m * BLOCK_M + cols  # activation rows
-    omask = (orow < N)[:, None] & (ocol < M)[None, :]
-    optrs = out_ptr + ocol.to(gl.int64)[None, :] * stride_o + orow[:, None]
     if SPLIT > 1:  # park the partial; the last slice of this tile to finish adds them up
         tile = pid_m * gl.num_programs(0) + pid_n
         tile_elems = gl.num_programs(1) * gl.num_programs(0) * (BLOCK_N * BLOCK_M)
@@ -195,14 +239,12 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
             acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
             for s in gl.static_range(SPLIT):  # slice order: deterministic
                 acc += gl.load(local + s * tile_elems, cache_modifier=".cg")
-            if HAS_BIAS:
-                acc = acc + gl.load(bias_ptr + orow, mask=orow < N, other=0.0)[:, None]
-            gl.store(optrs, acc.to(gl.bfloat16), mask=omask)
+            _store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr,
+                       dest_ptr, rw_ptr, HAS_BIAS, GROUPED)
             gl.atomic_xchg(lock_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next
     else:
-        if HAS_BIAS:
-            acc = acc + gl.load(bias_ptr + orow, mask=orow < N, other=0.0)[:, None]
-        gl.store(optrs, acc.to(gl.bfloat16), mask=omask)
+        _store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr,
+                   rw_ptr, HAS_BIAS, GROUPED)
 
 
 # wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
@@ -252,8 +294,8 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
         return "packed mxfp4 weights only"
     if x_dtype != torch.bfloat16 or out_dtype != torch.bfloat16:
         return "bf16 x and output only"
-    if k % cfg.block_k:
-        return f"K={k} is not a multiple of the K tile {cfg.block_k}"
+    if k % 32:
+        return f"K={k} is not whole 32-element blocks"
     if device.type != "cuda" or torch.version.hip is not None:
         return "needs an NVIDIA GPU"
     if torch.cuda.get_device_capability(device) != (9, 0):
@@ -272,11 +314,12 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     if layout is None:
         layout = cached.setdefault(key, wgmma_layout(cached["data"], cached["scales"],
                                                      cfg.block_k))
-    split, per_split = k_slices(k // cfg.block_k, cfg.split)
+    ktiles = -(-k // cfg.block_k)
+    split, per_split = k_slices(ktiles, cfg.split)
     grid_n = -(-n // (16 * WGMMA_WARPS))
     tiles = grid_n * -(-m_max // cfg.block_m)
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
-        split, per_split = 1, k // cfg.block_k
+        split, per_split = 1, ktiles
     words, sbytes = layout
     key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k))
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key)
@@ -295,9 +338,10 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
     key = (plan.key, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b), aligned(out),
            out.stride(0) % 16 == 0, b.dtype)
     launcher.launch(_wgmma_linear_kernel, key, grid,
-                    (x2d, plan.words, plan.sbytes, b, out, part, lock, m, plan.n, plan.k,
-                     plan.per_split, x2d.stride(0), out.stride(0), bias is not None,
-                     plan.split, cfg.block_m, cfg.block_k, cfg.stages, WGMMA_WARPS),
+                    (x2d, plan.words, plan.sbytes, b, out, part, lock, lock, lock, b, m, plan.n,
+                     plan.k, plan.per_split, 1, x2d.stride(0), out.stride(0), 0, 0,
+                     bias is not None, plan.split, cfg.block_m, cfg.block_k, cfg.stages,
+                     WGMMA_WARPS, plan.k % cfg.block_k != 0, False),
                     num_warps=WGMMA_WARPS, num_stages=1)
 
 

@@ -113,7 +113,7 @@ def kernel_constexprs(weight: MXTensor, activation: QuantKey | None,
     return prepare_tensors(prepared)
 
 
-def _tile_table(expert_of_row: Tensor, num_experts: int, block_m: int, slots: int):
+def tile_table(expert_of_row: Tensor, num_experts: int, block_m: int, slots: int):
     """(tile_expert, tile_m, start, count) int32 tensors, all of fixed size (no device sync).
 
     Sorted rows: expert e owns rows [start[e], start[e] + count[e]) and tiles
@@ -131,6 +131,21 @@ def _tile_table(expert_of_row: Tensor, num_experts: int, block_m: int, slots: in
     tile_m = slot - first
     return (tile_expert.to(torch.int32), tile_m.to(torch.int32), start.to(torch.int32),
             count.to(torch.int32))
+
+
+def sort_rows(x: Tensor, topk_ids: Tensor, topk_weights: Tensor, num_experts: int,
+              block_m: int) -> tuple:
+    """The T * top_k (token, slot) rows in expert order, with no device sync: (x rows gathered
+    into that order, their fp32 routing weights, each one's output row t * top_k + k (int32),
+    the tile table's length, `tile_table`'s four tensors for M tiles of block_m rows)."""
+    rows = topk_ids.numel()
+    flat = topk_ids.reshape(rows)
+    order = torch.sort(flat, stable=True).indices  # (token, slot) pairs in expert order
+    x_sorted = x.index_select(0, order // topk_ids.shape[1])
+    rw_sorted = topk_weights.reshape(rows).float().index_select(0, order).contiguous()
+    slots = triton.cdiv(rows, block_m) + min(num_experts, rows)
+    table = tile_table(flat.index_select(0, order), num_experts, block_m, slots)
+    return x_sorted, rw_sorted, order.to(torch.int32), slots, table
 
 
 def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | None,
@@ -154,26 +169,24 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
     if tokens == 0:
         return torch.empty((0, n), dtype=out_dtype, device=x.device)
     rows = tokens * top_k
-    flat = topk_ids.reshape(rows)
-    order = torch.sort(flat, stable=True).indices  # (token, slot) pairs in expert order
-    expert_of_row = flat.index_select(0, order)
-    x_sorted = x.index_select(0, order // top_k)  # token rows, gathered into expert order
-    rw_sorted = topk_weights.reshape(rows).float().index_select(0, order).contiguous()
-    dest = order.to(torch.int32)  # output row of each sorted row: t * top_k + k
-
+    data, scales = cached["data"], cached["scales"]
+    if data.device != x.device:
+        raise ValueError(f"{_WHERE}: input on {x.device} but expert weights on {data.device}; "
+                         "move them to one device")
+    if not mx_quant._INTERPRETED:  # sm_90 mxfp4 with bf16 tokens: the Gluon wgmma kernel
+        from kernels.triton import moe_wgmma
+        if moe_wgmma.VERIFIED and moe_wgmma.unavailable(x, weight, activation) is None:
+            return moe_wgmma.grouped_experts_wgmma(x, weight, activation, topk_ids,
+                                                   topk_weights, out_dtype, cached)
     # only the constexprs this kernel declares (the linear set-up may carry more of its own)
     consts = {name: cached["consts"][name] for name in _SHARED_CONSTEXPRS}
     dot_kind, precision = dot_choice(x.dtype, consts["ACT_MODE"])
     tiles = INTERPRETER_TILES if mx_quant._INTERPRETED else GPU_TILES
     size = "small" if rows <= SMALL_ROWS * num_experts else "large"  # mean rows per expert
     bm, bn, bk, warps, stages = tiles[size]
-    slots = triton.cdiv(rows, bm) + min(num_experts, rows)
-    tile_expert, tile_m, start, count = _tile_table(expert_of_row, num_experts, bm, slots)
+    x_sorted, rw_sorted, dest, slots, (tile_expert, tile_m, start, count) = sort_rows(
+        x, topk_ids, topk_weights, num_experts, bm)
 
-    data, scales = cached["data"], cached["scales"]
-    if data.device != x.device:
-        raise ValueError(f"{_WHERE}: input on {x.device} but expert weights on {data.device}; "
-                         "move them to one device")
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
     scale = cached["act_scale"]
 
@@ -196,4 +209,4 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
     return combine_slots(weighted.view(tokens, top_k, n)).to(out_dtype)
 
 
-__all__ = ["grouped_experts_triton", "kernel_constexprs"]
+__all__ = ["grouped_experts_triton", "kernel_constexprs", "sort_rows", "tile_table"]

@@ -1,0 +1,126 @@
+"""MoE experts on sm_90 through the Gluon wgmma kernel (linear_wgmma's kernel, GROUPED).
+
+Why: the grouped Triton kernel (moe_grouped.py) decodes every weight element with the generic
+exact decode and stages it through shared memory, while the experts hold most of an MoE model's
+bytes; the dense wgmma kernel reads packed mxfp4 at 2-2.6x bf16 at small M (docs/benchmarks.md).
+Here each (expert, M tile) of the routing's tile table is one of that kernel's tiles.
+
+Host (torch ops only, no device sync: CUDA-graph capturable): the rows are sorted by expert as
+in moe_grouped (`sort_rows`: the same stable order, gather and tile table, the table packed in
+one int32 tensor); W4A4 QDQs the T token rows once before the gather (row-wise: the same bits).
+Kernel grid (N tiles, table slots, K slices); a slot past the last tile returns at once. The
+output is fp32 [T * top_k, N]: each row times its routing weight, written by one program; the
+slots are then added in order (kernels.reference.moe.combine_slots) and cast once, as the Triton
+path does, so both differ from kernels.reference.moe only by the dot's summation order.
+
+VERIFIED: whether `grouped_experts_triton` takes this path by itself. False until the GPU tests
+(tests/kernels/test_moe_wgmma.py, run whole by tools/gpu_check.sh) have passed on an H200:
+written 2026-12-01 when no device was lent; Gluon does not run under the CPU interpreter.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from kernels.mx import MXTensor
+from kernels.reference.moe import combine_slots
+from kernels.select.activation_keys import MX_DYNAMIC_KEYS
+from kernels.spec.contract import QuantKey
+from kernels.triton import launcher, linear_configs, mx_quant
+from kernels.triton.fit import k_slices
+from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
+from kernels.triton.linear_decode import fast_fp4_scale
+from kernels.triton.linear_mma import _LOCK_TILES, workspace
+from kernels.triton.linear_wgmma import BLOCK_M_VERIFIED, WgmmaConfig, _wgmma_linear_kernel
+from kernels.triton.moe_grouped import sort_rows
+
+VERIFIED = False
+
+
+def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Optional[str]:
+    """Why the wgmma path cannot run this call (None: it can)."""
+    if weight.fmt != "mxfp4" or weight.layout != "packed":
+        return "packed mxfp4 expert weights only"
+    if x.dtype != torch.bfloat16:
+        return "bf16 tokens only"
+    if activation is not None and activation not in MX_DYNAMIC_KEYS:
+        return f"activation key {activation}: the grouped Triton kernel runs it"
+    if weight.shape[-1] % 32:
+        return f"K={weight.shape[-1]} is not whole 32-element blocks"
+    if not x.is_cuda or torch.version.hip is not None:
+        return "needs an NVIDIA GPU"
+    if torch.cuda.get_device_capability(x.device) != (9, 0):
+        return "wgmma is sm_90 only"
+    return None
+
+
+def config_for(rows: int, num_experts: int) -> WgmmaConfig:
+    """The dense table's wgmma row for the mean rows per expert (one M tile covers it)."""
+    mean = -(-rows // num_experts)
+    block_m = next((b for b in BLOCK_M_VERIFIED if b >= mean), BLOCK_M_VERIFIED[-1])
+    return linear_configs.config_for("wgmma", "fp4", block_m, False)
+
+
+def expert_layout(weight: MXTensor, block_k: int) -> tuple[Tensor, Tensor, int, int]:
+    """Every expert's wgmma layout in one buffer: (words, scale bytes, words an expert, scale
+    bytes an expert). N is padded to whole 64-row tiles per expert (zero codes)."""
+    e, n, half_k = weight.data.shape
+    rows = 16 * WGMMA_WARPS
+    pad = -n % rows
+    data = torch.nn.functional.pad(weight.data, (0, 0, 0, pad))
+    scales = torch.nn.functional.pad(weight.scales, (0, 0, 0, pad))
+    words, sbytes = wgmma_layout(data.reshape(e * (n + pad), half_k),
+                                 scales.reshape(e * (n + pad), -1), block_k)
+    return words, sbytes, words.numel() // e, sbytes.numel() // e
+
+
+def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | None,
+                          topk_ids: Tensor, topk_weights: Tensor, out_dtype: torch.dtype,
+                          cached: dict, cfg: WgmmaConfig | None = None) -> Tensor:
+    """x [T, K] bf16, weight [E, N, K] packed mxfp4, routing [T, top_k] (checked by the caller;
+    `unavailable` said yes) -> [T, N] in out_dtype. `cached`: the caller's per-weight dict
+    (the layout and the scale check are kept there: built once, the check syncs once)."""
+    tokens, k = x.shape
+    num_experts, n, _ = weight.shape
+    top_k = topk_ids.shape[1]
+    rows = tokens * top_k
+    cfg = cfg or config_for(rows, num_experts)
+    ok = cached.get("fast_fp4_scale")
+    if ok is None:
+        ok = cached.setdefault("fast_fp4_scale", fast_fp4_scale(weight.scales))
+    if not ok:
+        raise ValueError("moe_wgmma: a finite expert scale byte is past 128 (2**1): no real "
+                         "weight has one; the grouped Triton kernel runs such weights")
+    layout = cached.get(("wgmma_moe", cfg.block_k))
+    if layout is None:
+        layout = cached.setdefault(("wgmma_moe", cfg.block_k), expert_layout(weight, cfg.block_k))
+    words, sbytes, stride_we, stride_se = layout
+    if activation is not None:  # row-wise QDQ: the same bits before or after the gather
+        x = mx_quant.QdqPlan(activation.format, activation.scale.rounding, x.dtype, k)(x)
+    x_sorted, rw_sorted, dest, slots, table = sort_rows(x, topk_ids, topk_weights, num_experts,
+                                                        cfg.block_m)
+    grp = torch.cat(table)  # [expert of slot | M tile of slot | first row | rows] (int32)
+    grid_n = -(-n // (16 * WGMMA_WARPS))
+    ktiles = -(-k // cfg.block_k)
+    split, per_split = k_slices(ktiles, cfg.split)
+    if split > 1 and grid_n * slots > _LOCK_TILES:
+        split, per_split = 1, ktiles
+    if x_sorted.stride(0) % 8 or x_sorted.data_ptr() % 16:
+        x_sorted = x_sorted.clone()
+    weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
+    part, lock = workspace(split * grid_n * slots * 16 * WGMMA_WARPS * cfg.block_m
+                           if split > 1 else 1, x.device)
+    key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k)),
+           launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
+    launcher.launch(_wgmma_linear_kernel, key, (grid_n, slots, split),
+                    (x_sorted, words, sbytes, lock, weighted, part, lock, grp, dest, rw_sorted,
+                     rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
+                     stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
+                     WGMMA_WARPS, k % cfg.block_k != 0, True),
+                    num_warps=WGMMA_WARPS, num_stages=1)
+    return combine_slots(weighted.view(tokens, top_k, n)).to(out_dtype)
+
+
+__all__ = ["VERIFIED", "config_for", "expert_layout", "grouped_experts_wgmma", "unavailable"]

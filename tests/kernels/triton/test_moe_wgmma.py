@@ -1,0 +1,155 @@
+"""MoE experts through the Gluon wgmma kernel (kernels/triton/moe_wgmma.py).
+
+On the CPU (CI): every expert's weight layout decodes (through the PTX's torch twin,
+fp4_words.wgmma_decode) to the reference dequantization, N and K tails included; the config and
+the refusals. On an sm_90 GPU: the kernel against kernels.reference.moe (W4A16 and W4A4; one
+token to hundreds; empty experts, one expert taking every token, N and K tails, NaN blocks),
+deterministic, CUDA-graph capturable, and the grouped Triton entry point taking this path when
+`moe_wgmma.VERIFIED`.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.mx import MXTensor, mx_dequantize
+from kernels.reference.moe import grouped_experts_reference
+from kernels.reference.packing import pack_codes
+from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY
+from kernels.spec.contract import QuantKey
+from kernels.spec.formats import FORMATS
+from kernels.triton import fp4_words as fw
+from kernels.triton import linear_configs, moe_grouped, moe_wgmma
+
+ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+gpu = pytest.mark.skipif(not ON_SM90, reason="wgmma runs on sm_90 only; the CPU tests above "
+                         "check the experts' layout")
+A_MXFP4 = QuantKey.mx("mxfp4", rounding="even", static=False)
+
+
+def experts(e: int, n: int, k: int, gen: torch.Generator, nan_blocks: int = 0) -> MXTensor:
+    """E random packed mxfp4 experts [E, N, K] (every code, scale bytes 110..128; NaN blocks)."""
+    codes = torch.randint(0, 16, (e, n, k), generator=gen)
+    scales = torch.randint(110, 129, (e, n, k // 32), generator=gen)
+    if nan_blocks:
+        flat = scales.view(-1)
+        flat[torch.randperm(flat.numel(), generator=gen)[:nan_blocks]] = 255
+    data = torch.stack([pack_codes(c.to(torch.uint8), FORMATS["mxfp4"], "packed") for c in codes])
+    return MXTensor(data, scales.to(torch.uint8), "mxfp4", "even", torch.Size((e, n, k)),
+                    "packed")
+
+
+@pytest.mark.parametrize("e,n,k,block_k", [(3, 64, 256, 256), (2, 40, 2880, 256),
+                                           (4, 136, 384, 128)])
+def test_every_expert_layout_decodes_to_the_reference(e: int, n: int, k: int,
+                                                      block_k: int) -> None:
+    w = experts(e, n, k, torch.Generator().manual_seed(e * n + k), nan_blocks=5)
+    words, sbytes, stride_we, stride_se = moe_wgmma.expert_layout(w, block_k)
+    assert words.numel() == e * stride_we and sbytes.numel() == e * stride_se
+    want = mx_dequantize(w, torch.float32, backend="reference")
+    for i in range(e):
+        got = fw.wgmma_decode(words[i * stride_we:(i + 1) * stride_we],
+                              sbytes[i * stride_se:(i + 1) * stride_se], n, k, block_k)
+        nan = want[i].isnan()
+        assert torch.equal(got[:, :k].isnan(), nan)
+        assert torch.equal(got[:, :k][~nan], want[i][~nan]) and not got[:, k:].any()
+
+
+def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
+    for rows, e, block_m in ((2, 8, 8), (32, 8, 8), (96, 64, 8), (512, 8, 64), (4096, 8, 128),
+                             (100, 1, 128)):
+        cfg = moe_wgmma.config_for(rows, e)
+        assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False), (rows, e)
+
+
+def test_unavailable_says_why() -> None:
+    w = experts(2, 64, 256, torch.Generator().manual_seed(1))
+    x = torch.zeros(3, 256, dtype=torch.bfloat16)
+    assert moe_wgmma.unavailable(x.float(), w, None) == "bf16 tokens only"
+    assert moe_wgmma.unavailable(x, w, FP8_STATIC_TENSOR_KEY).endswith(
+        ": the grouped Triton kernel runs it")
+    six = MXTensor(torch.zeros(2, 64, 192, dtype=torch.uint8), w.scales, "mxfp6_e3m2", "even",
+                   torch.Size((2, 64, 256)), "packed")
+    assert moe_wgmma.unavailable(x, six, None) == "packed mxfp4 expert weights only"
+    assert moe_wgmma.unavailable(x, w, A_MXFP4) == "needs an NVIDIA GPU"
+
+
+# ------------------------------------------------------------------------------- GPU: the kernel
+def routing(tokens: int, e: int, top_k: int, gen: torch.Generator, case: str = "random"):
+    ids = torch.stack([torch.randperm(e, generator=gen)[:top_k] for _ in range(tokens)])
+    if case == "one expert":  # expert 0 in every token's first slot: many M tiles
+        ids[:, 0] = 0
+        ids[:, 1:] = torch.stack([1 + torch.randperm(e - 1, generator=gen)[:top_k - 1]
+                                  for _ in range(tokens)])
+    weights = torch.rand(tokens, top_k, generator=gen) + 0.1
+    return ids.cuda(), weights.cuda()
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    fin = want.isfinite()
+    assert torch.equal(got.isnan(), want.isnan())
+    return float((got[fin] - want[fin]).double().norm() / want[fin].double().norm())
+
+
+@gpu
+@pytest.mark.parametrize("e,n,k,top_k,tokens,case", [
+    (8, 256, 512, 2, 1, "random"), (8, 256, 512, 2, 16, "random"), (8, 256, 512, 2, 300, "random"),
+    (4, 200, 2880, 3, 5, "random"), (8, 128, 1024, 2, 200, "one expert"),
+    (64, 64, 256, 6, 3, "random")])
+@pytest.mark.parametrize("act", (None, A_MXFP4), ids=("w4a16", "w4a4"))
+def test_matches_the_reference(e, n, k, top_k, tokens, case, act) -> None:
+    """fp32 before the cast: bf16 x bf16-exact products in fp32, so only the summation order
+    differs from the reference (1e-5 relative, as tests/kernels/test_moe.py)."""
+    gen = torch.Generator().manual_seed(e * 1000 + tokens + k)
+    w = experts(e, n, k, gen, nan_blocks=3)
+    w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
+    x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).cuda()
+    ids, rw = routing(tokens, e, top_k, gen, case)
+    assert moe_wgmma.unavailable(x, w, act) is None
+    cached: dict = {}
+    got = moe_wgmma.grouped_experts_wgmma(x, w, act, ids, rw, torch.float32, cached)
+    want = grouped_experts_reference(x, w, act, None, ids, rw, torch.float32)
+    assert rel_err(got, want) <= 1e-5
+    again = moe_wgmma.grouped_experts_wgmma(x, w, act, ids, rw, torch.float32, cached)
+    assert torch.equal(again.view(torch.int32), got.view(torch.int32))  # deterministic
+
+
+@gpu
+def test_every_table_config_and_split() -> None:
+    gen = torch.Generator().manual_seed(7)
+    w = experts(8, 192, 1024, gen)
+    w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
+    x = torch.randn(40, 1024, generator=gen).to(torch.bfloat16).cuda()
+    ids, rw = routing(40, 8, 2, gen)
+    want = grouped_experts_reference(x, w, None, None, ids, rw, torch.float32)
+    for row in linear_configs.TABLE:
+        if row.strategy == "wgmma":
+            for split in (1, 3):
+                cfg = type(row.config)(row.config.block_m, row.config.block_k, split,
+                                       row.config.stages)
+                got = moe_wgmma.grouped_experts_wgmma(x, w, None, ids, rw, torch.float32, {},
+                                                      cfg)
+                assert rel_err(got, want) <= 1e-5, cfg
+
+
+@gpu
+def test_captured_in_a_cuda_graph_and_taken_by_the_triton_entry(monkeypatch) -> None:
+    gen = torch.Generator().manual_seed(11)
+    w = experts(8, 128, 512, gen)
+    w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
+    x = torch.randn(4, 512, generator=gen).to(torch.bfloat16).cuda()
+    ids, rw = routing(4, 8, 2, gen)
+    cached: dict = {}
+    eager = moe_wgmma.grouped_experts_wgmma(x, w, None, ids, rw, torch.bfloat16, cached)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = moe_wgmma.grouped_experts_wgmma(x, w, None, ids, rw, torch.bfloat16, cached)
+    graph.replay()
+    assert torch.equal(captured, eager)
+    calls = []
+    real = moe_wgmma.grouped_experts_wgmma
+    monkeypatch.setattr(moe_wgmma, "VERIFIED", True)
+    monkeypatch.setattr(moe_wgmma, "grouped_experts_wgmma",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    out = moe_grouped.grouped_experts_triton(x, w, None, None, ids, rw, torch.bfloat16)
+    assert calls and torch.equal(out, eager)
