@@ -92,6 +92,9 @@ def test_unavailable_says_why() -> None:
         "packed mxfp4 weights only"
     assert lw.unavailable(cpu, FP4, 512, torch.float16, bf, cfg) == "bf16 x and output only"
     assert lw.unavailable(cpu, FP4, 400, bf, bf, cfg) == "K=400 is not whole 32-element blocks"
+    assert lw.unavailable(cpu, FP4, 2880, bf, bf, cfg) == (
+        "K=2880 is not a multiple of the K tile 256 (K tails: written, not yet verified on a GPU)"
+        if not lw.K_TAIL_VERIFIED else "needs an NVIDIA GPU")
     assert lw.unavailable(cpu, FP4, 512, bf, bf, cfg) == "needs an NVIDIA GPU"
 
 
@@ -239,9 +242,11 @@ def test_forced_wgmma_refuses_what_it_cannot_run() -> None:
 
 @gpu
 @pytest.mark.parametrize("k", (2880, 160, 416))
-def test_k_past_whole_tiles_runs_on_wgmma(k: int) -> None:
+def test_k_past_whole_tiles_runs_on_wgmma(k: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """gpt-oss's K = 2880 (11.25 tiles of 256): the layout pads K with zeros and the kernel
-    zero-fills x past K; NaN / Inf in the last real block still reach the output."""
+    zero-fills x past K; NaN / Inf in the last real block still reach the output. (Run with K
+    tails switched on: this test is what switches them on, `K_TAIL_VERIFIED`.)"""
+    monkeypatch.setattr(lw, "K_TAIL_VERIFIED", True)
     gen = torch.Generator().manual_seed(k)
     w = fp4_weight(136, k, gen).to("cuda")
     prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))
