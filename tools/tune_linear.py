@@ -3,8 +3,8 @@
     python tools/tune_linear.py [--quick] [--out tune.json]
 
 Why a separate script: `registry bench` times what the resolver picks; this one times every
-strategy / config of the fast kernels (the mma kernel, decode split-K and tiles, tiled,
-dequant-gemm, fp8 MMA, dot_scaled) so that the defaults (kernels/triton/linear_configs.py's
+strategy / config of the fast kernels (the Gluon wgmma kernel, the mma kernel, decode split-K,
+tiled, dequant-gemm, fp8 MMA, dot_scaled) so that the defaults (kernels/triton/linear_configs.py's
 TABLE, the kernel modules) and the priority order in kernels/select/declarations.py are
 measured choices. Times are CUDA-graph replays cycling
 through enough weight copies to defeat the L2 cache (registry.machine.bench's rule); the baseline is
@@ -29,10 +29,11 @@ from kernels.triton.linear_decode import DecodeConfig  # noqa: E402
 from kernels.triton.linear_emulation import fused_linear  # noqa: E402
 from kernels.triton.linear_fp8_mma import MMAConfig, fp8_mma_linear  # noqa: E402
 from kernels.triton.linear_mma import MmaConfig  # noqa: E402
+from kernels.triton.linear_wgmma import BLOCK_M_VERIFIED, WgmmaConfig  # noqa: E402
 from registry.machine.timing import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
 
 SHAPES = [(8192, 8192), (28672, 8192), (8192, 28672)]
-MS = [1, 16, 128, 1024, 4096]
+MS = [1, 16, 32, 64, 128, 1024, 4096]
 
 
 def key(fmt: str | None, static: bool) -> QuantKey | None:
@@ -123,11 +124,22 @@ def mma_configs(m: int, quick: bool) -> list[MmaConfig]:
     return grid[:2] if quick else grid
 
 
+def wgmma_configs(m: int, quick: bool) -> list[WgmmaConfig]:
+    """The Gluon kernel's grid for M's bucket (2026-12-01 sweep: docs/benchmarks.md part 4)."""
+    block_m = next(b for b in BLOCK_M_VERIFIED if b >= m)
+    grid = {8: [(256, 2, 3), (256, 2, 4), (256, 4, 4), (128, 2, 4), (512, 2, 3)],
+            16: [(128, 2, 4), (256, 2, 3), (256, 2, 4), (256, 4, 4)],
+            32: [(256, 2, 3), (128, 2, 4), (256, 2, 4), (128, 4, 4)],
+            64: [(128, 2, 3), (128, 2, 4), (128, 1, 4), (128, 4, 4), (256, 2, 3)],
+            128: [(128, 2, 3), (128, 1, 3), (128, 4, 3), (128, 2, 4)]}[block_m]
+    return [WgmmaConfig(block_m, *g) for g in (grid[:2] if quick else grid)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
-    ap.add_argument("--parts", default="mma,decode,large,fp8,others")
+    ap.add_argument("--parts", default="wgmma,mma,decode,large,fp8,others")
     args = ap.parse_args()
     dev = "cuda"
     parts = set(args.parts.split(","))
@@ -163,6 +175,11 @@ def main() -> None:
                         decode_configs(True)
                     variants += [(config_name(c), lambda x, p, c=c: fused_linear(
                                       x, p, strategy="decode", config=c)) for c in cfgs]
+                if m <= 128 and "wgmma" in parts and w == "mxfp4":
+                    variants += [(f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages}",
+                                  lambda x, p, c=c: fused_linear(x, p, strategy="wgmma",
+                                                                 config=c))
+                                 for c in wgmma_configs(m, args.quick)]
                 if m <= 128 and "mma" in parts:
                     variants += [(mma_name(c), lambda x, p, c=c: fused_linear(
                         x, p, strategy="mma", config=c)) for c in mma_configs(m, args.quick)]
