@@ -186,49 +186,79 @@ def wgmma_layout(data: Tensor, scales: Tensor, block_k: int,
     codes = torch.stack((data & 0xF, data >> 4), dim=-1).reshape(n, k)
     codes = codes.masked_fill(nan.repeat_interleave(32, dim=1), 0)
     sbytes = torch.where(nan, scales, scales + 126)
-    codes = torch.nn.functional.pad(codes, (0, -k % block_k, 0, -n % rows))
-    sbytes = torch.nn.functional.pad(sbytes, (0, -k % block_k // 32, 0, -n % rows))
-    k += -k % block_k
-    nt, kt, nb = codes.shape[0] // rows, k // block_k, block_k // 32
-    # (nt, w, h, g, kt, b_hi, b_lo, c0, q, t, e) -> (nt, kt, w, h, b_hi, g, t, b_lo | c0, q, e)
+    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps)
+    return wgmma_words(codes, block_k, warps), wgmma_scales(sbytes, block_k, warps)
+
+
+def wgmma_pad(codes: Tensor, sbytes: Tensor, block_k: int, warps: int) -> tuple[Tensor, Tensor]:
+    """Codes [N, K] and prepared scale bytes [N, K/32] padded to whole [16 * warps, block_k]
+    tiles with code 0 and byte 0 (value +0)."""
+    n, k = codes.shape
+    rows = 16 * warps
+    return (torch.nn.functional.pad(codes, (0, -k % block_k, 0, -n % rows)),
+            torch.nn.functional.pad(sbytes, (0, -k % block_k // 32, 0, -n % rows)))
+
+
+def wgmma_order(codes: Tensor, block_k: int, warps: int) -> Tensor:
+    """Padded codes [N, K] in the kernel's order, one row of 8 per thread, row and block:
+    (nt, w, h, g, kt, b_hi, b_lo, c0, q, t, e) -> (nt, kt, w, h, b_hi, g, t, b_lo | c0, q, e)."""
+    n, k = codes.shape
+    nt, kt, nb = n // (16 * warps), k // block_k, block_k // 32
     c = codes.reshape(nt, warps, 2, 8, kt, nb // 4, 4, 2, 2, 4, 2).to(torch.int64)
-    c = c.permute(0, 4, 1, 2, 5, 3, 9, 6, 7, 8, 10).reshape(-1, 8)
-    word = torch.zeros(c.shape[0], dtype=torch.int64, device=data.device)
+    return c.permute(0, 4, 1, 2, 5, 3, 9, 6, 7, 8, 10).reshape(-1, 8)
+
+
+def to_int32(word: Tensor) -> Tensor:
+    """Unsigned 32-bit values held in int64 -> int32 bit patterns."""
+    return (word - ((word >> 31) << 32)).to(torch.int32)
+
+
+def wgmma_words(codes: Tensor, block_k: int, warps: int) -> Tensor:
+    """Padded 4-bit codes [N, K] -> the int32 words (8 codes each, bits at WGMMA_BITS)."""
+    c = wgmma_order(codes, block_k, warps)
+    word = torch.zeros(c.shape[0], dtype=torch.int64, device=codes.device)
     for j, bits in enumerate(WGMMA_BITS):
         for i, pos in enumerate(bits):
             word |= ((c[:, j] >> i) & 1) << pos
-    words = (word - ((word >> 31) << 32)).to(torch.int32)
-    # scale bytes (nt, w, h, g, kt, b) -> (nt, kt, w, g, h, b)
-    s = sbytes.reshape(nt, warps, 2, 8, kt, nb).permute(0, 4, 1, 3, 2, 5).contiguous()
-    return words, s.reshape(-1)
+    return to_int32(word)
+
+
+def wgmma_scales(sbytes: Tensor, block_k: int, warps: int) -> Tensor:
+    """Padded scale bytes [N, K/32] -> the kernel's order (nt, kt, w, g, h, b), flat."""
+    n, nbk = sbytes.shape
+    nt, nb = n // (16 * warps), block_k // 32
+    s = sbytes.reshape(nt, warps, 2, 8, nbk // nb, nb).permute(0, 4, 1, 3, 2, 5).contiguous()
+    return s.reshape(-1)
 
 
 def _rotr(v: Tensor, r: int) -> Tensor:
     return ((v >> r) | (v << (32 - r))) & 0xFFFFFFFF
 
 
-def wgmma_decode(words: Tensor, sbytes: Tensor, n: int, k: int, block_k: int,
-                 warps: int = WGMMA_WARPS) -> Tensor:
-    """fp32 [n, k] values of `wgmma_layout` words by the kernel's own bit operations (the PTX of
-    linear_wgmma, step for step, in integer torch): the CPU check of the GPU decoder. The K
-    padding decodes too: [n, K rounded up to block_k]."""
-    rows, nb = 16 * warps, block_k // 32
-    k += -k % block_k
+def wgmma_pairs(words: Tensor) -> tuple[Tensor, ...]:
+    """The four bf16x2 bit patterns (uint32 in int64) the PTX makes from words, before its
+    multiply: codes 2p / 2p + 1 at bits {15, 8..6} / {31, 24..22} of pair p."""
     w = words.to(torch.int64) & 0xFFFFFFFF
     full, eem, sign = 0x81C081C0, 0x01C001C0, 0x80008000
-    pairs = (w & full, _rotr(w, 3) & full, ((w >> 6) & eem) | (_rotr(w, 1) & sign),
-             (_rotr(w, 13) & eem) | (_rotr(w, 2) & sign))
+    return (w & full, _rotr(w, 3) & full, ((w >> 6) & eem) | (_rotr(w, 1) & sign),
+            (_rotr(w, 13) & eem) | (_rotr(w, 2) & sign))
+
+
+def wgmma_scaled(pairs: tuple[Tensor, ...], sbytes: Tensor, n: int, k: int, block_k: int,
+                 warps: int) -> Tensor:
+    """bf16x2 patterns of every word (pairs) times their scale word (bf16 2**(E' - 127); E'
+    = 255: inf) -> fp32 [n, K padded] in the weight's order: the PTX's multiply, exact."""
+    rows, nb = 16 * warps, block_k // 32
+    k += -k % block_k
     halves = []
     for p in pairs:
         for shift in (0, 16):  # bf16 bits -> fp32 (exact)
-            bits = ((p >> shift) & 0xFFFF) << 16
-            halves.append((bits - ((bits >> 31) << 32)).to(torch.int32).view(torch.float32))
+            halves.append(to_int32(((p >> shift) & 0xFFFF) << 16).view(torch.float32))
     vals = torch.stack(halves, dim=-1)  # (word, j)
-    # the scale word: bf16 2**(E' - 127), E' = 255: inf (times the zeroed codes: NaN)
     sb = sbytes.to(torch.int64)
     nt, kt = -(-n // rows), k // block_k
     sb = sb.reshape(nt, kt, warps, 8, 2, nb).permute(0, 1, 2, 4, 5, 3)  # (.., w, h, b, g)
-    fac = ((sb << 23) - ((sb << 23 >> 31) << 32)).to(torch.int32).view(torch.float32)
+    fac = to_int32(sb << 23).view(torch.float32)
     vals = vals.reshape(nt, kt, warps, 2, nb // 4, 8, 4, 4, 8)  # (.., w, h, b_hi, g, t, b_lo, j)
     fac = fac.reshape(nt, kt, warps, 2, nb // 4, 4, 8).permute(0, 1, 2, 3, 4, 6, 5)
     vals = vals * fac[:, :, :, :, :, :, None, :, None]
@@ -238,5 +268,15 @@ def wgmma_decode(words: Tensor, sbytes: Tensor, n: int, k: int, block_k: int,
     return vals[:n]
 
 
+def wgmma_decode(words: Tensor, sbytes: Tensor, n: int, k: int, block_k: int,
+                 warps: int = WGMMA_WARPS) -> Tensor:
+    """fp32 [n, K padded to block_k] values of `wgmma_layout` words by the kernel's own bit
+    operations (the PTX of linear_wgmma, step for step, in integer torch): the CPU check of
+    the GPU decoder."""
+    return wgmma_scaled(wgmma_pairs(words), sbytes, n, k, block_k, warps)
+
+
 __all__ = ["WGMMA_BITS", "WGMMA_WARPS", "WORD_NIBBLE", "fp4_word_layout", "fp4_word_tile",
-           "fp4_words", "tile_major", "tiled_fp4", "wgmma_decode", "wgmma_layout"]
+           "fp4_words", "tile_major", "tiled_fp4", "to_int32", "wgmma_decode", "wgmma_layout",
+           "wgmma_order", "wgmma_pad", "wgmma_pairs", "wgmma_scaled", "wgmma_scales",
+           "wgmma_words"]

@@ -1,4 +1,6 @@
-"""The Hopper strategy of `triton-emulation` for mxfp4 weights at small M ("wgmma"), in Gluon.
+"""The Hopper strategy of `triton-emulation` for mxfp4 (and, once verified on a GPU, mxfp6)
+weights at M <= 128 ("wgmma"), in Gluon. Decoders: wgmma_decode.py; layouts: fp4_words.py,
+fp6_words.py (an mxfp6 code's top 4 bits take mxfp4's words, its low 2 bits B words).
 
 Why Gluon: the Triton `mma` kernel (linear_mma.py) decodes the weight well but Triton 3.6 puts
 the decoded tile in shared memory before wgmma reads it (`local_alloc`): 4 bytes of shared
@@ -40,71 +42,16 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from kernels.reference.packing import unpack_codes
+from kernels.spec.formats import get_format
 from kernels.triton import launcher
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
+from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
 from kernels.triton.launcher import aligned
 from kernels.triton.linear_decode import fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
-
-# One word -> 8 bf16 (pairs 0..3 as bf16x2), each pair times the scale word $9: the PTX twin of
-# fp4_words.wgmma_decode.
-_DECODE = gl.constexpr("""
-{
-.reg .b32 a, b;
-and.b32 a, $8, 0x81C081C0; mul.rn.bf16x2 a, a, $9; mov.b32 {$0, $1}, a;
-shf.r.wrap.b32 a, $8, $8, 3; and.b32 a, a, 0x81C081C0; mul.rn.bf16x2 a, a, $9; mov.b32 {$2, $3}, a;
-shr.b32 a, $8, 6; shf.r.wrap.b32 b, $8, $8, 1; and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; mul.rn.bf16x2 a, a, $9; mov.b32 {$4, $5}, a;
-shf.r.wrap.b32 a, $8, $8, 13; shf.r.wrap.b32 b, $8, $8, 2; and.b32 a, a, 0x01C001C0;
-and.b32 b, b, 0x80008000; or.b32 a, a, b; mul.rn.bf16x2 a, a, $9; mov.b32 {$6, $7}, a;
-}
-""")
-
-
-@gluon.constexpr_function
-def _only(dim, rank, layout):
-    """The layout of dim `dim` alone of a rank-`rank` `layout`: the others sliced off, last
-    first (so the indices of the lower ones hold)."""
-    for d in reversed(range(rank)):
-        if d != dim:
-            layout = gl.SliceLayout(d, layout)
-    return layout
-
-
-@gluon.constexpr_function
-def _x_copy_layout(block_k, warps):
-    """The x tile's copy layout: 16-byte vectors, lanes along K, warps along rows, so that no
-    two threads copy the same vector (for M up to block_m: rows per pass 32 // lanes * warps)."""
-    lanes = min(32, block_k // 8)
-    return gl.BlockedLayout([1, 8], [32 // lanes, lanes], [warps, 1], [1, 0])
-
-
-@gluon.jit
-def _along(n: gl.constexpr, dim: gl.constexpr, RANK: gl.constexpr, L: gl.constexpr):
-    """arange(n) along `dim` of a rank-RANK tensor of layout L (size 1 in the other dims)."""
-    v = gl.arange(0, n, layout=_only(dim, RANK, L))
-    for d in gl.static_range(RANK):
-        if d != dim:
-            v = gl.expand_dims(v, d)
-    return v
-
-
-@gluon.jit
-def _decode(words, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, A: gl.constexpr):
-    """Words [w, g, t, h, b_hi, b_lo] + their scale bytes [w, g, h, b_hi, b_lo] -> the bf16 A
-    operand [BLOCK_N, BLOCK_K] in layout A, with no data movement (the reshape lands on A's own
-    layout)."""
-    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)  # bf16x2 2**(E' - 127), twice
-    sword = gl.broadcast(sword, words)[0]  # the t lanes of a row share the scale bytes
-    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
-        _DECODE, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [words, sword], dtype=(gl.bfloat16,) * 8,
-        is_pure=True, pack=1)
-    t = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)),
-                gl.join(gl.join(o4, o5), gl.join(o6, o7)))  # [w, g, t, h, bh, bl, e, q, c0]
-    t = gl.permute(t, (0, 3, 1, 4, 5, 8, 7, 2, 6))  # [w, h, g, bh, bl, c0, q, t, e]
-    return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
-
+from kernels.triton.wgmma_decode import along, decode_fp4, decode_fp6, x_copy_layout
 
 @gluon.jit
 def _store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
@@ -134,27 +81,30 @@ def _x_mask(xmask, xc, t, K, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr):
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
-def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
+def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
                          grp_ptr, dest_ptr, rw_ptr, M, N, K, TILES_PER_SPLIT, E, stride_x,
                          stride_o, stride_we, stride_se,
                          HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
-                         K_TAIL: gl.constexpr, GROUPED: gl.constexpr):
+                         K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
-    expert order, w / s every expert's layout (strides stride_we / stride_se)."""
+    expert order, w / s every expert's layout (strides stride_we / stride_se).
+    FMT 0: mxfp4 words (w); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits and b_ptr their
+    low bits (fp6_words; the grouped mode takes mxfp4 only)."""
     BLOCK_N: gl.constexpr = 16 * WARPS
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
     TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
     TS: gl.constexpr = BLOCK_N * BLOCK_K // 32  # scale bytes a tile
+    TB: gl.constexpr = TW // 2  # mxfp6: B words a tile
     D: gl.constexpr = STAGES - 1  # prefetch distance (no wgmma in flight past its iteration)
     WL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 4], [1, 8, 4, 1, 1, 1],
                                         [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                   instr_shape=[16, BLOCK_M, 16])
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    XL: gl.constexpr = _x_copy_layout(BLOCK_K, WARPS)
+    XL: gl.constexpr = x_copy_layout(BLOCK_K, WARPS)
     XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     SL: gl.constexpr = gl.SliceLayout(2, WL)  # scale bytes: the t lanes of a row share them
     WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # 16 B a lane in a row
@@ -180,13 +130,19 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
     # tile-relative offsets: words [w][h][b_hi][g][t][b_lo], scale bytes [w][g][h][b] (rank 5:
     # the t dim reduced away; not a t-replicated rank-6 tensor, whose shared load Triton 3.6
     # lowers to an ldmatrix that misplaces 8-bit elements)
-    w_i, g_i = _along(WARPS, 0, 6, WL), _along(8, 1, 6, WL)
-    t_i, h_i = _along(4, 2, 6, WL), _along(2, 3, 6, WL)
-    bh_i, bl_i = _along(NBH, 4, 6, WL), _along(4, 5, 6, WL)
+    w_i, g_i = along(WARPS, 0, 6, WL), along(8, 1, 6, WL)
+    t_i, h_i = along(4, 2, 6, WL), along(2, 3, 6, WL)
+    bh_i, bl_i = along(NBH, 4, 6, WL), along(4, 5, 6, WL)
     woff = w_i * (TW // WARPS) + h_i * (TW // WARPS // 2) + bh_i * 128 + g_i * 16 + t_i * 4 + bl_i
-    soff = (_along(WARPS, 0, 5, SL) * (TS // WARPS) + _along(8, 1, 5, SL) * (TS // WARPS // 8)
-            + _along(2, 2, 5, SL) * (4 * NBH) + _along(NBH, 3, 5, SL) * 4 + _along(4, 4, 5, SL))
+    soff = (along(WARPS, 0, 5, SL) * (TS // WARPS) + along(8, 1, 5, SL) * (TS // WARPS // 8)
+            + along(2, 2, 5, SL) * (4 * NBH) + along(NBH, 3, 5, SL) * 4 + along(4, 4, 5, SL))
     wbase = w_ptr + (pid_n * ktiles).to(gl.int64) * TW + woff
+    BL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 2], [1, 8, 4, 1, 1, 1],
+                                        [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
+    boff = (along(WARPS, 0, 6, BL) * (TB // WARPS) + along(2, 3, 6, BL) * (TB // WARPS // 2)
+            + along(NBH, 4, 6, BL) * 64 + along(8, 1, 6, BL) * 8 + along(4, 2, 6, BL) * 2
+            + along(2, 5, 6, BL))
+    bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + boff
     sbase = s_ptr + (pid_n * ktiles).to(gl.int64) * TS + soff
     xi = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, XL))
     xc = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, XL))
@@ -196,9 +152,13 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, 4], WS)
     s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, WARPS, 8, 2, NBH, 4], SS)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], XS)
+    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, 2] if FMT else
+                                       [1, 1, 1, 1, 1, 1, 2], WS)
     for s in gl.static_range(D):
         t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
         async_copy.async_copy_global_to_shared(w_smem.index(s), wbase + t * TW)
+        if FMT:
+            async_copy.async_copy_global_to_shared(b_smem.index(s), bbase + t * TB)
         async_copy.async_copy_global_to_shared(s_smem.index(s), sbase + t * TS)
         async_copy.async_copy_global_to_shared(x_smem.index(s), xptrs + t * BLOCK_K,
                                                mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
@@ -212,12 +172,19 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_
         t = gl.minimum(kk + D, k_hi - 1)
         nxt = (i + D) % STAGES
         async_copy.async_copy_global_to_shared(w_smem.index(nxt), wbase + t * TW)
+        if FMT:
+            async_copy.async_copy_global_to_shared(b_smem.index(nxt), bbase + t * TB)
         async_copy.async_copy_global_to_shared(s_smem.index(nxt), sbase + t * TS)
         async_copy.async_copy_global_to_shared(x_smem.index(nxt), xptrs + t * BLOCK_K,
                                                mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
         async_copy.commit_group()
         cur = i % STAGES
-        a = _decode(w_smem.index(cur).load(WL), s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A)
+        if FMT:
+            a = decode_fp6(w_smem.index(cur).load(WL), b_smem.index(cur).load(BL),
+                         s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A, WL, FMT)
+        else:
+            a = decode_fp4(w_smem.index(cur).load(WL), s_smem.index(cur).load(SL), BLOCK_N,
+                        BLOCK_K, A)
         acc = warpgroup_mma(a, x_smem.index(cur).permute((1, 0)), acc, is_async=True)
         # Retired at once: wgmma reads its A registers while in flight and ptxas (CUDA 12.8 /
         # 13.0) does not keep them from being reused across the loop's back edge (the SASS of
@@ -253,6 +220,9 @@ BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
 # K past whole tiles (K_TAIL): written 2026-12-01 with no device lent; taken by the table once
 # tests/kernels/triton/test_linear_wgmma.py::test_k_past_whole_tiles_runs_on_wgmma passes on one.
 K_TAIL_VERIFIED = False
+# mxfp6 weights (FMT 1 / 2, fp6_words' layout): likewise, until
+# tests/kernels/triton/test_linear_wgmma.py::test_fp6_weights_match_the_reference passes on one.
+FP6_VERIFIED = False
 
 
 @dataclass(frozen=True)
@@ -286,6 +256,22 @@ class WgmmaPlan:
     n: int
     k: int
     key: int
+    bwords: Optional[Tensor] = None  # mxfp6: the codes' low bits (fp6_words)
+    fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2
+
+
+FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2")  # by the kernel's FMT
+
+
+def weight_format(consts: dict) -> Optional[str]:
+    """The wgmma layout a prepared weight's constexprs take (None: none)."""
+    if consts.get("W_SAT"):
+        return None
+    if consts["W_PACK"] == 1 and consts["W_BITS"] == 4:
+        return "mxfp4"
+    if consts["W_BITS"] == 6 and consts["W_PACK"] in (0, 2) and not consts.get("W_IS_INT"):
+        return {3: "mxfp6_e2m3", 2: "mxfp6_e3m2"}.get(consts.get("W_MBITS"))
+    return None
 
 
 def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
@@ -293,8 +279,11 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
     """Why the wgmma strategy cannot run a call of M rows (None: it can)."""
     if m > cfg.block_m:
         return f"M={m} rows need one M tile (block_m={cfg.block_m})"
-    if consts["W_PACK"] != 1 or consts["W_BITS"] != 4 or consts["W_SAT"]:
-        return "packed mxfp4 weights only"
+    fmt = weight_format(consts)
+    if fmt is None:
+        return "packed mxfp4 or mxfp6 weights only"
+    if fmt != "mxfp4" and not FP6_VERIFIED:
+        return f"{fmt} weights: written, not yet verified on a GPU"
     if x_dtype != torch.bfloat16 or out_dtype != torch.bfloat16:
         return "bf16 x and output only"
     if k % 32:
@@ -312,23 +301,43 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
 def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                cfg: WgmmaConfig) -> Optional[WgmmaPlan]:
     """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where a finite
-    scale byte is past 128 (`fp4_scale_fits`: checked once per weight, a device sync)."""
-    if not fp4_scale_fits(cached):
-        return None
-    key = ("wgmma", cfg.block_k)
-    layout = cached.get(key)
+    scale byte is past the layout's range (mxfp4: 128, `fp4_scale_fits`; mxfp6: `scale_fits`;
+    checked once per weight, a device sync)."""
+    fmt = weight_format(cached["consts"])
+    layout = _layout(cached, fmt, k, cfg.block_k)
     if layout is None:
-        layout = cached.setdefault(key, wgmma_layout(cached["data"], cached["scales"],
-                                                     cfg.block_k))
+        return None
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
     grid_n = -(-n // (16 * WGMMA_WARPS))
     tiles = grid_n * -(-m_max // cfg.block_m)
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
-    words, sbytes = layout
-    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k))
-    return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key)
+    words, sbytes, bwords = layout
+    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt))
+    return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
+                     FORMATS.index(fmt))
+
+
+def _layout(cached: dict, fmt: str, k: int, block_k: int) -> Optional[tuple]:
+    """(words, scale bytes, B words or None) of a prepared weight, built once per K tile."""
+    found = cached.get(("wgmma", block_k))
+    if found is not None:
+        return found
+    data, scales = cached["data"], cached["scales"]
+    if fmt == "mxfp4":
+        if not fp4_scale_fits(cached):
+            return None
+        return cached.setdefault(("wgmma", block_k), (*wgmma_layout(data, scales, block_k), None))
+    ok = cached.get("fp6_scale_fits")
+    if ok is None:
+        ok = cached.setdefault("fp6_scale_fits", scale_fits(scales, fmt))
+    if not ok:
+        return None
+    codes = data if cached["consts"]["W_PACK"] == 0 else unpack_codes(
+        data.view(torch.uint8), get_format(fmt), "packed", k)
+    a, b, s = wgmma_layout_fp6(codes, scales, fmt, block_k)
+    return cached.setdefault(("wgmma", block_k), (a, s, b))
 
 
 def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
@@ -344,11 +353,13 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
     key = (plan.key, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b), aligned(out),
            out.stride(0) % 16 == 0, b.dtype)
     launcher.launch(_wgmma_linear_kernel, key, grid,
-                    (x2d, plan.words, plan.sbytes, b, out, part, lock, lock, lock, b, m, plan.n,
-                     plan.k, plan.per_split, 1, x2d.stride(0), out.stride(0), 0, 0,
-                     bias is not None, plan.split, cfg.block_m, cfg.block_k, cfg.stages,
-                     WGMMA_WARPS, plan.k % cfg.block_k != 0, False),
+                    (x2d, plan.words, plan.words if plan.bwords is None else plan.bwords,
+                     plan.sbytes, b, out, part, lock, lock, lock, b, m, plan.n, plan.k,
+                     plan.per_split, 1, x2d.stride(0), out.stride(0), 0, 0, bias is not None,
+                     plan.split, cfg.block_m, cfg.block_k, cfg.stages, WGMMA_WARPS,
+                     plan.k % cfg.block_k != 0, False, plan.fmt),
                     num_warps=WGMMA_WARPS, num_stages=1)
 
 
-__all__ = ["WgmmaConfig", "WgmmaPlan", "run_wgmma", "unavailable", "wgmma_plan"]
+__all__ = ["FORMATS", "WgmmaConfig", "WgmmaPlan", "run_wgmma", "unavailable", "weight_format",
+           "wgmma_plan"]

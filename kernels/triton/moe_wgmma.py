@@ -115,10 +115,11 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k)),
            launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
     launcher.launch(_wgmma_linear_kernel, key, (grid_n, slots, split),
-                    (x_sorted, words, sbytes, lock, weighted, part, lock, grp, dest, rw_sorted,
+                    (x_sorted, words, words, sbytes, lock, weighted, part, lock, grp, dest,
+                     rw_sorted,
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
-                     WGMMA_WARPS, k % cfg.block_k != 0, True),
+                     WGMMA_WARPS, k % cfg.block_k != 0, True, 0),
                     num_warps=WGMMA_WARPS, num_stages=1)
     return combine_slots(weighted.view(tokens, top_k, n)).to(out_dtype)
 

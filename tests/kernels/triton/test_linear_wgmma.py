@@ -88,8 +88,14 @@ def test_unavailable_says_why() -> None:
     cfg = lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)
     bf = torch.bfloat16
     cpu = torch.device("cpu")
-    assert lw.unavailable(cpu, dict(FP4, W_BITS=6, W_PACK=2), 512, bf, bf, cfg) == \
-        "packed mxfp4 weights only"
+    assert lw.unavailable(cpu, dict(FP4, W_BITS=8, W_PACK=0, W_IS_INT=True), 512, bf, bf,
+                          cfg) == "packed mxfp4 or mxfp6 weights only"
+    e3m2 = dict(W_BITS=6, W_PACK=2, W_MBITS=2, W_IS_INT=False, W_SAT=False)
+    assert lw.weight_format(e3m2) == "mxfp6_e3m2"
+    assert lw.weight_format(dict(e3m2, W_PACK=0, W_MBITS=3)) == "mxfp6_e2m3"
+    assert lw.unavailable(cpu, e3m2, 512, bf, bf, cfg) == (
+        "needs an NVIDIA GPU" if lw.FP6_VERIFIED else
+        "mxfp6_e3m2 weights: written, not yet verified on a GPU")
     assert lw.unavailable(cpu, FP4, 512, torch.float16, bf, cfg) == "bf16 x and output only"
     assert lw.unavailable(cpu, FP4, 400, bf, bf, cfg) == "K=400 is not whole 32-element blocks"
     assert lw.unavailable(cpu, FP4, 2880, bf, bf, cfg) == (
@@ -263,3 +269,60 @@ def test_k_past_whole_tiles_runs_on_wgmma(k: int, monkeypatch: pytest.MonkeyPatc
 def lc_bucket(m: int) -> int:
     from kernels.triton.linear_configs import m_bucket
     return m_bucket(m)
+
+
+def fp6_weight(fmt: str, n: int, k: int, layout: str, gen: torch.Generator) -> MXTensor:
+    """Random codes (all 64 in the first row) and scale bytes 100..120 with 0, 1, 2, 126, 127,
+    128 and 0xFF (NaN) planted, in `layout`."""
+    codes = torch.randint(0, 64, (n, k), generator=gen)
+    codes[0, :64] = torch.arange(64)
+    scales = torch.randint(100, 121, (n, k // 32), generator=gen)
+    flat = scales.view(-1)
+    flat[torch.randperm(flat.numel(), generator=gen)[:14]] = torch.tensor([0, 1, 2, 126, 127,
+                                                                             128, 255] * 2)
+    data = pack_codes(codes.to(torch.uint8), FORMATS[fmt], layout)
+    return MXTensor(data, scales.to(torch.uint8), fmt, "even", torch.Size((n, k)), layout)
+
+
+@pytest.mark.parametrize("fmt", ("mxfp6_e2m3", "mxfp6_e3m2"))
+@pytest.mark.parametrize("layout", ("packed", "unpacked"))
+def test_a_prepared_fp6_weight_gets_the_layout_its_decoder_reads(fmt: str, layout: str) -> None:
+    """The host path (constexprs -> format, packed bytes unpacked) on a prepared weight; the
+    layout decodes through the PTX's twin to the reference (CPU)."""
+    from kernels.triton.fp6_words import wgmma_decode_fp6
+    from kernels.triton.linear_tiles import prepare_tensors
+
+    w = fp6_weight(fmt, 70, 320, layout, torch.Generator().manual_seed(len(fmt + layout)))
+    cached = prepare_tensors(KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None)))
+    assert lw.weight_format(cached["consts"]) == fmt
+    words, sbytes, bwords = lw._layout(cached, fmt, 320, 256)
+    assert lw._layout(cached, fmt, 320, 256)[0] is words  # built once
+    got = wgmma_decode_fp6(words, bwords, sbytes, fmt, 70, 320, 256)[:, :320]
+    assert same_values(got, mx_dequantize(w, torch.float32, backend="reference"))
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp6_e2m3", "mxfp6_e3m2"))
+@pytest.mark.parametrize("layout", ("packed", "unpacked"))
+def test_fp6_weights_match_the_reference(fmt: str, layout: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """mxfp6 through the wgmma kernel (fp6_words' layout): every code and scale byte, N and K
+    tails, M from 1 to 128, split-K, bias, NaN / Inf activations. (Run with mxfp6 and K tails
+    switched on: this test is what switches them on, `FP6_VERIFIED`.)"""
+    monkeypatch.setattr(lw, "FP6_VERIFIED", True)
+    monkeypatch.setattr(lw, "K_TAIL_VERIFIED", True)
+    for n, k in ((200, 1024), (72, 2880)):
+        gen = torch.Generator().manual_seed(n + k + len(fmt) + len(layout))
+        w = fp6_weight(fmt, n, k, layout, gen).to("cuda")
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None))
+        bias = torch.randn(n, generator=gen).cuda()
+        for m, split in ((1, 2), (16, 1), (40, 4), (128, 2)):
+            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+            if m > 1:
+                x[1, 5] = float("inf")
+                x[-1, k - 3] = float("nan")
+            cfg = lw.WgmmaConfig(block_m=tile_for(m), block_k=256 if m <= 16 else 128,
+                                 split=split, stages=3)
+            for b in (None, bias):
+                out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+                assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split)

@@ -1,0 +1,126 @@
+"""The Gluon device helpers of the wgmma kernel (linear_wgmma.py): the weight decoders, whose
+outputs land on wgmma's A operand layout with no data movement, and small layout helpers.
+
+Each decoder has a torch twin that replays its PTX step for step: fp4_words.wgmma_decode
+(mxfp4) and fp6_words.wgmma_decode_fp6 (mxfp6); CPU CI checks the twins against the reference
+dequantization at every code and scale byte, the GPU tests the kernel itself.
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from kernels.triton.fp6_words import B_MASK, B_ROT
+
+
+# One word -> 8 bf16 (pairs 0..3 as bf16x2), each pair times the scale word $9: the PTX twin of
+# fp4_words.wgmma_decode.
+_DECODE = gl.constexpr("""
+{
+.reg .b32 a, b;
+and.b32 a, $8, 0x81C081C0; mul.rn.bf16x2 a, a, $9; mov.b32 {$0, $1}, a;
+shf.r.wrap.b32 a, $8, $8, 3; and.b32 a, a, 0x81C081C0; mul.rn.bf16x2 a, a, $9; mov.b32 {$2, $3}, a;
+shr.b32 a, $8, 6; shf.r.wrap.b32 b, $8, $8, 1; and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; mul.rn.bf16x2 a, a, $9; mov.b32 {$4, $5}, a;
+shf.r.wrap.b32 a, $8, $8, 13; shf.r.wrap.b32 b, $8, $8, 2; and.b32 a, a, 0x01C001C0;
+and.b32 b, b, 0x80008000; or.b32 a, a, b; mul.rn.bf16x2 a, a, $9; mov.b32 {$6, $7}, a;
+}
+""")
+
+
+@gluon.constexpr_function
+def _only(dim, rank, layout):
+    """The layout of dim `dim` alone of a rank-`rank` `layout`: the others sliced off, last
+    first (so the indices of the lower ones hold)."""
+    for d in reversed(range(rank)):
+        if d != dim:
+            layout = gl.SliceLayout(d, layout)
+    return layout
+
+
+@gluon.constexpr_function
+def x_copy_layout(block_k, warps):
+    """The x tile's copy layout: 16-byte vectors, lanes along K, warps along rows, so that no
+    two threads copy the same vector (for M up to block_m: rows per pass 32 // lanes * warps)."""
+    lanes = min(32, block_k // 8)
+    return gl.BlockedLayout([1, 8], [32 // lanes, lanes], [warps, 1], [1, 0])
+
+
+@gluon.jit
+def along(n: gl.constexpr, dim: gl.constexpr, RANK: gl.constexpr, L: gl.constexpr):
+    """arange(n) along `dim` of a rank-RANK tensor of layout L (size 1 in the other dims)."""
+    v = gl.arange(0, n, layout=_only(dim, RANK, L))
+    for d in gl.static_range(RANK):
+        if d != dim:
+            v = gl.expand_dims(v, d)
+    return v
+
+
+@gluon.jit
+def decode_fp4(words, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, A: gl.constexpr):
+    """Words [w, g, t, h, b_hi, b_lo] + their scale bytes [w, g, h, b_hi, b_lo] -> the bf16 A
+    operand [BLOCK_N, BLOCK_K] in layout A, with no data movement (the reshape lands on A's own
+    layout)."""
+    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)  # bf16x2 2**(E' - 127), twice
+    sword = gl.broadcast(sword, words)[0]  # the t lanes of a row share the scale bytes
+    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+        _DECODE, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [words, sword], dtype=(gl.bfloat16,) * 8,
+        is_pure=True, pack=1)
+    t = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)),
+                gl.join(gl.join(o4, o5), gl.join(o6, o7)))  # [w, g, t, h, bh, bl, e, q, c0]
+    t = gl.permute(t, (0, 3, 1, 4, 5, 8, 7, 2, 6))  # [w, h, g, bh, bl, c0, q, t, e]
+    return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
+
+
+def _fp6_asm(fmt: str) -> str:
+    """PTX: A word ($8: top 4 bits of 8 codes, mxfp4's layout) + B word ($9: low 2 bits) with
+    its rotation base ($10) -> 8 bf16 times the scale word ($11): fp6_words.wgmma_decode_fp6's
+    steps, one for one."""
+    fix = ("and.b32 c, a, 0x01C001C0; and.b32 a, a, 0x80008000; shl.b32 c, c, 1; "
+           "or.b32 a, a, c; ") if fmt == "mxfp6_e3m2" else ""
+    low = f"and.b32 b, b, {B_MASK[fmt]:#010x}; or.b32 a, a, b; mul.rn.bf16x2 a, a, $11; "
+    tops = ("and.b32 a, $8, 0x81C081C0; ",
+            "shf.r.wrap.b32 a, $8, $8, 3; and.b32 a, a, 0x81C081C0; ",
+            "shr.b32 a, $8, 6; shf.r.wrap.b32 c, $8, $8, 1; and.b32 a, a, 0x01C001C0; "
+            "and.b32 c, c, 0x80008000; or.b32 a, a, c; ",
+            "shf.r.wrap.b32 a, $8, $8, 13; shf.r.wrap.b32 c, $8, $8, 2; and.b32 a, a, 0x01C001C0; "
+            "and.b32 c, c, 0x80008000; or.b32 a, a, c; ")
+    body = "".join(f"{top}{fix}add.u32 r, $10, {2 * p}; shf.r.wrap.b32 b, $9, $9, r; {low}"
+                   f"mov.b32 {{${2 * p}, ${2 * p + 1}}}, a;\n" for p, top in enumerate(tops))
+    return "{\n.reg .b32 a, b, c, r;\n" + body + "}"
+
+
+_DECODE_E2M3 = gl.constexpr(_fp6_asm("mxfp6_e2m3"))
+_DECODE_E3M2 = gl.constexpr(_fp6_asm("mxfp6_e3m2"))
+_ROT_E3M2 = gl.constexpr(B_ROT["mxfp6_e3m2"])
+
+
+@gluon.jit
+def decode_fp6(words, bwords, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+             A: gl.constexpr, WL: gl.constexpr, FMT: gl.constexpr):
+    """mxfp6 (FMT 1: e2m3, 2: e3m2): A words as mxfp4's + B words [w, g, t, h, b_hi, 2] (two
+    blocks each) -> the bf16 A operand, with no data movement (fp6_words: the layout)."""
+    NBH: gl.constexpr = BLOCK_K // 128
+    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)
+    sword = gl.broadcast(sword, words)[0]
+    b = gl.reshape(gl.join(bwords, bwords), [BLOCK_N // 16, 8, 4, 2, NBH, 4])
+    b = gl.convert_layout(b, WL, assert_trivial=True)  # block 2i and 2i + 1 share word i
+    base = (along(4, 5, 6, WL) % 2) * 8
+    if FMT == 2:
+        base = base + _ROT_E3M2
+    base = gl.broadcast(base, words)[0]
+    if FMT == 1:
+        o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+            _DECODE_E2M3, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r,r", [words, b, base, sword],
+            dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
+    else:
+        o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+            _DECODE_E3M2, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r,r", [words, b, base, sword],
+            dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
+    t = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)),
+                gl.join(gl.join(o4, o5), gl.join(o6, o7)))
+    t = gl.permute(t, (0, 3, 1, 4, 5, 8, 7, 2, 6))
+    return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
+
+
+__all__ = ["along", "decode_fp4", "decode_fp6", "x_copy_layout"]
