@@ -53,6 +53,11 @@ from kernels.triton.linear_decode import fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.wgmma_decode import along, decode_fp4, decode_fp6, x_copy_layout
 
+# triton 3.6 (the H200) names it async_copy_global_to_shared; 3.9 (CPU CI) async_load
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # (3.9: barrier)
+
+
 @gluon.jit
 def _store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
                HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr):
@@ -156,27 +161,27 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                                        [1, 1, 1, 1, 1, 1, 2], WS)
     for s in gl.static_range(D):
         t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
-        async_copy.async_copy_global_to_shared(w_smem.index(s), wbase + t * TW)
+        _async_load(w_smem.index(s), wbase + t * TW)
         if FMT:
-            async_copy.async_copy_global_to_shared(b_smem.index(s), bbase + t * TB)
-        async_copy.async_copy_global_to_shared(s_smem.index(s), sbase + t * TS)
-        async_copy.async_copy_global_to_shared(x_smem.index(s), xptrs + t * BLOCK_K,
-                                               mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
+            _async_load(b_smem.index(s), bbase + t * TB)
+        _async_load(s_smem.index(s), sbase + t * TS)
+        _async_load(x_smem.index(s), xptrs + t * BLOCK_K,
+                    mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
         async_copy.commit_group()
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
     for kk in range(k_lo, k_hi):
         i = kk - k_lo
         async_copy.wait_group(D - 1)  # tile kk has landed (this thread's copies)
         fence_async_shared()  # ... and is visible to wgmma's async proxy
-        gl.thread_barrier()  # every thread's; and every warp is past wgmma kk - 1
+        _cta_barrier()  # every thread's; and every warp is past wgmma kk - 1
         t = gl.minimum(kk + D, k_hi - 1)
         nxt = (i + D) % STAGES
-        async_copy.async_copy_global_to_shared(w_smem.index(nxt), wbase + t * TW)
+        _async_load(w_smem.index(nxt), wbase + t * TW)
         if FMT:
-            async_copy.async_copy_global_to_shared(b_smem.index(nxt), bbase + t * TB)
-        async_copy.async_copy_global_to_shared(s_smem.index(nxt), sbase + t * TS)
-        async_copy.async_copy_global_to_shared(x_smem.index(nxt), xptrs + t * BLOCK_K,
-                                               mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
+            _async_load(b_smem.index(nxt), bbase + t * TB)
+        _async_load(s_smem.index(nxt), sbase + t * TS)
+        _async_load(x_smem.index(nxt), xptrs + t * BLOCK_K,
+                    mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
         async_copy.commit_group()
         cur = i % STAGES
         if FMT:
@@ -200,7 +205,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         tile_elems = gl.num_programs(1) * gl.num_programs(0) * (BLOCK_N * BLOCK_M)
         local = part_ptr + tile * (BLOCK_N * BLOCK_M) + rows[:, None] * BLOCK_M + cols[None, :]
         gl.store(local + pid_s * tile_elems, acc)
-        gl.thread_barrier()
+        _cta_barrier()
         done = gl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if done == SPLIT - 1:
             acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
@@ -342,8 +347,10 @@ def _layout(cached: dict, fmt: str, k: int, block_k: int) -> Optional[tuple]:
 
 def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
     """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16."""
-    if x2d.data_ptr() % 16 or x2d.stride(0) % 8:  # cp.async copies x in 16-byte vectors
-        x2d = x2d.clone()  # (a view at an odd offset or row stride: an aligned copy)
+    if x2d.data_ptr() % 16 or x2d.stride(0) % 16:  # cp.async copies x in 16-byte vectors,
+        # which needs rows Triton knows to be 16-element aligned (a row stride of 8 mod 16 does
+        # not compile); a view at an odd offset or row stride: an aligned copy
+        x2d = x2d.clone(memory_format=torch.contiguous_format)
     m = x2d.shape[0]
     cfg = plan.cfg
     grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)

@@ -107,8 +107,8 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     split, per_split = k_slices(ktiles, cfg.split)
     if split > 1 and grid_n * slots > _LOCK_TILES:
         split, per_split = 1, ktiles
-    if x_sorted.stride(0) % 8 or x_sorted.data_ptr() % 16:
-        x_sorted = x_sorted.clone()
+    if x_sorted.stride(0) % 16 or x_sorted.data_ptr() % 16:  # as linear_wgmma.run_wgmma
+        x_sorted = x_sorted.clone(memory_format=torch.contiguous_format)
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
     part, lock = workspace(split * grid_n * slots * 16 * WGMMA_WARPS * cfg.block_m
                            if split > 1 else 1, x.device)
