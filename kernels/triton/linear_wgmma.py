@@ -97,7 +97,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
     expert order, w / s every expert's layout (strides stride_we / stride_se).
     FMT 0: mxfp4 words (w); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits and b_ptr their
-    low bits (fp6_words; the grouped mode takes mxfp4 only)."""
+    low bits (fp6_words)."""
     BLOCK_N: gl.constexpr = 16 * WARPS
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
     TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
@@ -129,6 +129,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         rows_left = gl.load(grp_ptr + 2 * slots + E + e) - m_tile * BLOCK_M
         w_ptr += e.to(gl.int64) * stride_we
         s_ptr += e.to(gl.int64) * stride_se
+        b_ptr += e.to(gl.int64) * (stride_we // 2)  # mxfp6: half as many B words as words
     ktiles = (K + BLOCK_K - 1) // BLOCK_K  # the layout pads K to whole tiles
     k_lo = pid_s * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)

@@ -1,5 +1,7 @@
 """MoE experts on sm_90 through the Gluon wgmma kernel (linear_wgmma's kernel, GROUPED).
 
+Packed mxfp4 experts, and mxfp6 ones (fp6_words' layout) once `linear_wgmma.FP6_VERIFIED`.
+
 Why: the grouped Triton kernel (moe_grouped.py) decodes every weight element with the generic
 exact decode and stages it through shared memory, while the experts hold most of an MoE model's
 bytes; the dense wgmma kernel reads packed mxfp4 at 2-2.6x bf16 at small M (docs/benchmarks.md).
@@ -26,14 +28,18 @@ from torch import Tensor
 
 from kernels.mx import MXTensor
 from kernels.reference.moe import combine_slots
+from kernels.reference.packing import unpack_codes
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.spec.contract import QuantKey
-from kernels.triton import launcher, linear_configs, mx_quant
+from kernels.spec.formats import get_format
+from kernels.triton import launcher, linear_configs, linear_wgmma, mx_quant
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
+from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
 from kernels.triton.linear_decode import fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
-from kernels.triton.linear_wgmma import BLOCK_M_VERIFIED, WgmmaConfig, _wgmma_linear_kernel
+from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
+                                         _wgmma_linear_kernel)
 from kernels.triton.moe_grouped import sort_rows
 
 VERIFIED = False
@@ -41,8 +47,10 @@ VERIFIED = False
 
 def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Optional[str]:
     """Why the wgmma path cannot run this call (None: it can)."""
-    if weight.fmt != "mxfp4" or weight.layout != "packed":
-        return "packed mxfp4 expert weights only"
+    if weight.fmt not in FORMATS or (weight.fmt == "mxfp4" and weight.layout != "packed"):
+        return "packed mxfp4 or mxfp6 expert weights only"
+    if weight.fmt != "mxfp4" and not linear_wgmma.FP6_VERIFIED:
+        return f"{weight.fmt} experts: written, not yet verified on a GPU"
     if x.dtype != torch.bfloat16:
         return "bf16 tokens only"
     if activation is not None and activation not in MX_DYNAMIC_KEYS:
@@ -63,17 +71,24 @@ def config_for(rows: int, num_experts: int) -> WgmmaConfig:
     return linear_configs.config_for("wgmma", "fp4", block_m, False)
 
 
-def expert_layout(weight: MXTensor, block_k: int) -> tuple[Tensor, Tensor, int, int]:
-    """Every expert's wgmma layout in one buffer: (words, scale bytes, words an expert, scale
-    bytes an expert). N is padded to whole 64-row tiles per expert (zero codes)."""
-    e, n, half_k = weight.data.shape
+def expert_layout(weight: MXTensor, block_k: int) -> tuple[Tensor, Tensor, Tensor, int, int]:
+    """Every expert's wgmma layout in one buffer: (words, scale bytes, mxfp6 B words (else the
+    words again), words an expert, scale bytes an expert). N is padded to whole 64-row tiles
+    per expert (zero codes); an expert's B words are half its words."""
+    e, n, k = weight.shape
     rows = 16 * WGMMA_WARPS
     pad = -n % rows
-    data = torch.nn.functional.pad(weight.data, (0, 0, 0, pad))
-    scales = torch.nn.functional.pad(weight.scales, (0, 0, 0, pad))
-    words, sbytes = wgmma_layout(data.reshape(e * (n + pad), half_k),
-                                 scales.reshape(e * (n + pad), -1), block_k)
-    return words, sbytes, words.numel() // e, sbytes.numel() // e
+    scales = torch.nn.functional.pad(weight.scales, (0, 0, 0, pad)).reshape(e * (n + pad), -1)
+    if weight.fmt == "mxfp4":
+        data = torch.nn.functional.pad(weight.data, (0, 0, 0, pad))
+        words, sbytes = wgmma_layout(data.reshape(e * (n + pad), -1), scales, block_k)
+        bwords = words
+    else:
+        codes = unpack_codes(weight.data.reshape(e * n, -1), get_format(weight.fmt),
+                             weight.layout, k).reshape(e, n, k)
+        codes = torch.nn.functional.pad(codes, (0, 0, 0, pad)).reshape(e * (n + pad), k)
+        words, bwords, sbytes = wgmma_layout_fp6(codes, scales, weight.fmt, block_k)
+    return words, sbytes, bwords, words.numel() // e, sbytes.numel() // e
 
 
 def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | None,
@@ -87,16 +102,18 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
     cfg = cfg or config_for(rows, num_experts)
-    ok = cached.get("fast_fp4_scale")
-    if ok is None:
-        ok = cached.setdefault("fast_fp4_scale", fast_fp4_scale(weight.scales))
+    ok = cached.get("wgmma_scale_fits")
+    if ok is None:  # once per weight (a device sync)
+        ok = cached.setdefault("wgmma_scale_fits", fast_fp4_scale(weight.scales)
+                               if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt))
     if not ok:
-        raise ValueError("moe_wgmma: a finite expert scale byte is past 128 (2**1): no real "
-                         "weight has one; the grouped Triton kernel runs such weights")
+        raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "
+                         "range (mxfp4 / e2m3: 128, e3m2: 130): no real weight has one; the "
+                         "grouped Triton kernel runs such weights")
     layout = cached.get(("wgmma_moe", cfg.block_k))
     if layout is None:
         layout = cached.setdefault(("wgmma_moe", cfg.block_k), expert_layout(weight, cfg.block_k))
-    words, sbytes, stride_we, stride_se = layout
+    words, sbytes, bwords, stride_we, stride_se = layout
     if activation is not None:  # row-wise QDQ: the same bits before or after the gather
         x = mx_quant.QdqPlan(activation.format, activation.scale.rounding, x.dtype, k)(x)
     x_sorted, rw_sorted, dest, slots, table = sort_rows(x, topk_ids, topk_weights, num_experts,
@@ -112,14 +129,14 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
     part, lock = workspace(split * grid_n * slots * 16 * WGMMA_WARPS * cfg.block_m
                            if split > 1 else 1, x.device)
-    key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k)),
+    key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k, weight.fmt)),
            launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
     launcher.launch(_wgmma_linear_kernel, key, (grid_n, slots, split),
-                    (x_sorted, words, words, sbytes, lock, weighted, part, lock, grp, dest,
+                    (x_sorted, words, bwords, sbytes, lock, weighted, part, lock, grp, dest,
                      rw_sorted,
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
-                     WGMMA_WARPS, k % cfg.block_k != 0, True, 0),
+                     WGMMA_WARPS, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt)),
                     num_warps=WGMMA_WARPS, num_stages=1)
     return combine_slots(weighted.view(tokens, top_k, n)).to(out_dtype)
 

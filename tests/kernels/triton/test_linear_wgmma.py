@@ -109,7 +109,8 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=16, BLOCK_K=128, SPLIT=1, STAGES=4, FMT=1),
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=2, STAGES=3, FMT=2, K_TAIL=True),
     dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=3),
-    dict(BLOCK_M=16, BLOCK_K=256, SPLIT=2, STAGES=3, GROUPED=True, HAS_BIAS=False, K_TAIL=True)]
+    dict(BLOCK_M=16, BLOCK_K=256, SPLIT=2, STAGES=3, GROUPED=True, HAS_BIAS=False, K_TAIL=True),
+    dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, GROUPED=True, HAS_BIAS=False, FMT=2)]
 
 
 _COMPILE = """

@@ -19,7 +19,7 @@ from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY
 from kernels.spec.contract import QuantKey
 from kernels.spec.formats import FORMATS
 from kernels.triton import fp4_words as fw
-from kernels.triton import linear_configs, moe_grouped, moe_wgmma
+from kernels.triton import linear_configs, linear_wgmma, moe_grouped, moe_wgmma
 
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 gpu = pytest.mark.skipif(not ON_SM90, reason="wgmma runs on sm_90 only; the CPU tests above "
@@ -39,17 +39,34 @@ def experts(e: int, n: int, k: int, gen: torch.Generator, nan_blocks: int = 0) -
                     "packed")
 
 
+def experts6(fmt: str, e: int, n: int, k: int, layout: str, gen: torch.Generator) -> MXTensor:
+    """E random mxfp6 experts (scale bytes 100..128, a few NaN blocks) in `layout`."""
+    codes = torch.randint(0, 64, (e, n, k), generator=gen).to(torch.uint8)
+    scales = torch.randint(100, 129, (e, n, k // 32), generator=gen)
+    scales.view(-1)[torch.randperm(scales.numel(), generator=gen)[:3]] = 255
+    data = torch.stack([pack_codes(c, FORMATS[fmt], layout) for c in codes])
+    return MXTensor(data, scales.to(torch.uint8), fmt, "even", torch.Size((e, n, k)), layout)
+
+
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2"))
 @pytest.mark.parametrize("e,n,k,block_k", [(3, 64, 256, 256), (2, 40, 2880, 256),
                                            (4, 136, 384, 128)])
-def test_every_expert_layout_decodes_to_the_reference(e: int, n: int, k: int,
+def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, k: int,
                                                       block_k: int) -> None:
-    w = experts(e, n, k, torch.Generator().manual_seed(e * n + k), nan_blocks=5)
-    words, sbytes, stride_we, stride_se = moe_wgmma.expert_layout(w, block_k)
+    from kernels.triton.fp6_words import wgmma_decode_fp6
+
+    gen = torch.Generator().manual_seed(e * n + k + len(fmt))
+    w = experts(e, n, k, gen, nan_blocks=5) if fmt == "mxfp4" else \
+        experts6(fmt, e, n, k, "packed" if e % 2 else "unpacked", gen)
+    words, sbytes, bwords, stride_we, stride_se = moe_wgmma.expert_layout(w, block_k)
     assert words.numel() == e * stride_we and sbytes.numel() == e * stride_se
     want = mx_dequantize(w, torch.float32, backend="reference")
     for i in range(e):
-        got = fw.wgmma_decode(words[i * stride_we:(i + 1) * stride_we],
-                              sbytes[i * stride_se:(i + 1) * stride_se], n, k, block_k)
+        cut = slice(i * stride_we, (i + 1) * stride_we)
+        s = sbytes[i * stride_se:(i + 1) * stride_se]
+        got = fw.wgmma_decode(words[cut], s, n, k, block_k) if fmt == "mxfp4" else \
+            wgmma_decode_fp6(words[cut], bwords[i * stride_we // 2:(i + 1) * stride_we // 2], s,
+                             fmt, n, k, block_k)
         nan = want[i].isnan()
         assert torch.equal(got[:, :k].isnan(), nan)
         assert torch.equal(got[:, :k][~nan], want[i][~nan]) and not got[:, k:].any()
@@ -68,9 +85,13 @@ def test_unavailable_says_why() -> None:
     assert moe_wgmma.unavailable(x.float(), w, None) == "bf16 tokens only"
     assert moe_wgmma.unavailable(x, w, FP8_STATIC_TENSOR_KEY).endswith(
         ": the grouped Triton kernel runs it")
-    six = MXTensor(torch.zeros(2, 64, 192, dtype=torch.uint8), w.scales, "mxfp6_e3m2", "even",
-                   torch.Size((2, 64, 256)), "packed")
-    assert moe_wgmma.unavailable(x, six, None) == "packed mxfp4 expert weights only"
+    eight = MXTensor(torch.zeros(2, 64, 256, dtype=torch.uint8), w.scales, "mxint8", "even",
+                     torch.Size((2, 64, 256)))
+    assert moe_wgmma.unavailable(x, eight, None) == "packed mxfp4 or mxfp6 expert weights only"
+    six = experts6("mxfp6_e3m2", 2, 64, 256, "packed", torch.Generator().manual_seed(2))
+    assert moe_wgmma.unavailable(x, six, None) == (
+        "needs an NVIDIA GPU" if linear_wgmma.FP6_VERIFIED else
+        "mxfp6_e3m2 experts: written, not yet verified on a GPU")
     assert moe_wgmma.unavailable(x, w, A_MXFP4) == "needs an NVIDIA GPU"
 
 
@@ -153,3 +174,24 @@ def test_captured_in_a_cuda_graph_and_taken_by_the_triton_entry(monkeypatch) -> 
                         lambda *a, **kw: calls.append(1) or real(*a, **kw))
     out = moe_grouped.grouped_experts_triton(x, w, None, None, ids, rw, torch.bfloat16)
     assert calls and torch.equal(out, eager)
+
+
+@gpu
+@pytest.mark.parametrize("fmt,layout", [("mxfp6_e2m3", "unpacked"), ("mxfp6_e3m2", "packed")])
+def test_fp6_experts_match_the_reference(fmt: str, layout: str, monkeypatch) -> None:
+    """mxfp6 experts (W6A16 and W6A6) through the kernel's FMT 1 / 2. (Run with mxfp6 switched
+    on: with test_linear_wgmma's fp6 test, what switches it on: `FP6_VERIFIED`.)"""
+    monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
+    act6 = QuantKey.mx(fmt, rounding="even", static=False)
+    for e, n, k, top_k, tokens in ((8, 256, 512, 2, 1), (8, 136, 2880, 2, 40),
+                                   (4, 64, 1024, 2, 300)):
+        gen = torch.Generator().manual_seed(e + n + k + tokens + len(fmt))
+        w = experts6(fmt, e, n, k, layout, gen)
+        w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
+        x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).cuda()
+        ids, rw = routing(tokens, e, top_k, gen)
+        for act in (None, act6):
+            assert moe_wgmma.unavailable(x, w, act) is None
+            got = moe_wgmma.grouped_experts_wgmma(x, w, act, ids, rw, torch.float32, {})
+            want = grouped_experts_reference(x, w, act, None, ids, rw, torch.float32)
+            assert rel_err(got, want) <= 1e-5, (e, n, k, tokens, act)
