@@ -85,6 +85,19 @@ def _x_mask(xmask, xc, t, K, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr):
     return xmask
 
 
+@gluon.jit
+def _copy_tile(w_buf, b_buf, s_buf, x_buf, w_src, b_src, s_src, x_src, x_mask,
+               FMT: gl.constexpr):
+    """One K tile's cp.async copies into a ring slot (words, mxfp6 B words, scale bytes, the x
+    tile), committed as one group."""
+    _async_load(w_buf, w_src)
+    if FMT:
+        _async_load(b_buf, b_src)
+    _async_load(s_buf, s_src)
+    _async_load(x_buf, x_src, mask=x_mask)
+    async_copy.commit_group()
+
+
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
 def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
                          grp_ptr, dest_ptr, rw_ptr, M, N, K, TILES_PER_SPLIT, E, stride_x,
@@ -162,13 +175,9 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                                        [1, 1, 1, 1, 1, 1, 2], WS)
     for s in gl.static_range(D):
         t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
-        _async_load(w_smem.index(s), wbase + t * TW)
-        if FMT:
-            _async_load(b_smem.index(s), bbase + t * TB)
-        _async_load(s_smem.index(s), sbase + t * TS)
-        _async_load(x_smem.index(s), xptrs + t * BLOCK_K,
-                    mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
-        async_copy.commit_group()
+        _copy_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), x_smem.index(s),
+                   wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs + t * BLOCK_K,
+                   _x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL), FMT)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
     for kk in range(k_lo, k_hi):
         i = kk - k_lo
@@ -177,20 +186,16 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         _cta_barrier()  # every thread's; and every warp is past wgmma kk - 1
         t = gl.minimum(kk + D, k_hi - 1)
         nxt = (i + D) % STAGES
-        _async_load(w_smem.index(nxt), wbase + t * TW)
-        if FMT:
-            _async_load(b_smem.index(nxt), bbase + t * TB)
-        _async_load(s_smem.index(nxt), sbase + t * TS)
-        _async_load(x_smem.index(nxt), xptrs + t * BLOCK_K,
-                    mask=_x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
-        async_copy.commit_group()
+        _copy_tile(w_smem.index(nxt), b_smem.index(nxt), s_smem.index(nxt), x_smem.index(nxt),
+                   wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs + t * BLOCK_K,
+                   _x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL), FMT)
         cur = i % STAGES
         if FMT:
             a = decode_fp6(w_smem.index(cur).load(WL), b_smem.index(cur).load(BL),
-                         s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A, WL, FMT)
+                           s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A, WL, FMT)
         else:
             a = decode_fp4(w_smem.index(cur).load(WL), s_smem.index(cur).load(SL), BLOCK_N,
-                        BLOCK_K, A)
+                           BLOCK_K, A)
         acc = warpgroup_mma(a, x_smem.index(cur).permute((1, 0)), acc, is_async=True)
         # Retired at once: wgmma reads its A registers while in flight and ptxas (CUDA 12.8 /
         # 13.0) does not keep them from being reused across the loop's back edge (the SASS of
@@ -346,12 +351,18 @@ def _layout(cached: dict, fmt: str, k: int, block_k: int) -> Optional[tuple]:
     return cached.setdefault(("wgmma", block_k), (a, s, b))
 
 
+def copyable_rows(x2d: Tensor) -> Tensor:
+    """x2d, or an aligned copy of it: cp.async copies x in 16-byte vectors, which needs rows
+    Triton knows to be 16-element aligned (a row stride of 8 mod 16 does not compile); a view
+    at an odd offset or row stride is copied."""
+    if x2d.data_ptr() % 16 or x2d.stride(0) % 16:
+        return x2d.clone(memory_format=torch.contiguous_format)
+    return x2d
+
+
 def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
     """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16."""
-    if x2d.data_ptr() % 16 or x2d.stride(0) % 16:  # cp.async copies x in 16-byte vectors,
-        # which needs rows Triton knows to be 16-element aligned (a row stride of 8 mod 16 does
-        # not compile); a view at an odd offset or row stride: an aligned copy
-        x2d = x2d.clone(memory_format=torch.contiguous_format)
+    x2d = copyable_rows(x2d)
     m = x2d.shape[0]
     cfg = plan.cfg
     grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
@@ -369,5 +380,5 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
                     num_warps=WGMMA_WARPS, num_stages=1)
 
 
-__all__ = ["FORMATS", "WgmmaConfig", "WgmmaPlan", "run_wgmma", "unavailable", "weight_format",
-           "wgmma_plan"]
+__all__ = ["FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows", "run_wgmma", "unavailable",
+           "weight_format", "wgmma_plan"]

@@ -39,7 +39,7 @@ from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
 from kernels.triton.linear_decode import fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
-                                         _wgmma_linear_kernel)
+                                         _wgmma_linear_kernel, copyable_rows)
 from kernels.triton.moe_grouped import sort_rows
 
 VERIFIED = False
@@ -124,8 +124,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     split, per_split = k_slices(ktiles, cfg.split)
     if split > 1 and grid_n * slots > _LOCK_TILES:
         split, per_split = 1, ktiles
-    if x_sorted.stride(0) % 16 or x_sorted.data_ptr() % 16:  # as linear_wgmma.run_wgmma
-        x_sorted = x_sorted.clone(memory_format=torch.contiguous_format)
+    x_sorted = copyable_rows(x_sorted)
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
     part, lock = workspace(split * grid_n * slots * 16 * WGMMA_WARPS * cfg.block_m
                            if split > 1 else 1, x.device)
