@@ -3,9 +3,11 @@
     python tools/bench_moe.py [--experts 8] [--top-k 2] [--n 2048] [--k 2048] [--t 1,16,256,2048]
 
 Why: `MXGroupedExperts` is the MoE path of issue 6; this gives its figures beside the same
-computation in bf16 (tokens grouped by expert, one bf16 F.linear per expert, weighted
-index_add) timed by the same rule (registry.machine.timing: CUDA-graph replay where it
-captures, else eager). Each backend's output is checked against the reference first.
+computation in bf16 (routing from the same logits, then torch._grouped_mm, or one bf16
+F.linear per expert with a weighted index_add) timed by the same rule (registry.machine.timing:
+CUDA-graph replay where it captures, else eager). Both sides include the routing (top-k +
+softmax) since the layer's forward does; figures before 2026-12-01 23:00 UTC timed the bf16
+side without it. Each backend's output is checked against the reference first.
 """
 from __future__ import annotations
 
@@ -63,6 +65,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=2048)
     ap.add_argument("--t", default="1,16,256,2048")
     ap.add_argument("--schemes", default="w_mxfp4,w_mxfp4_a_mxfp4,w_mxfp6_e3m2_a_mxfp6_e3m2")
+    ap.add_argument("--backends", default="triton,reference",
+                    help="backends timed (each checked against the reference first)")
     args = ap.parse_args()
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
@@ -74,16 +78,18 @@ def main() -> None:
           "| bf16 vs reference |")
     print("|---|---:|---|---:|---|---:|---:|---:|---:|")
     for name in args.schemes.split(","):
-        layer = {b: MXGroupedExperts(w, name, backend=b) for b in ("triton", "reference")}
+        backends = args.backends.split(",")
+        layer = {b: MXGroupedExperts(w, name, backend=b) for b in {*backends, "reference"}}
         for t in map(int, args.t.split(",")):
             x = torch.randn(t, args.k, device=dev, generator=g, dtype=torch.bfloat16)
             logits = torch.randn(t, args.experts, device=dev, generator=g)
             ref = layer["reference"](x, logits, args.top_k).float()
             ids, rw = route(logits, args.top_k)
-            base, how_b = timed(lambda: bf16_moe(x, w, ids, rw), dev)
+            # the baseline routes from the same logits as the layer (forward = route + experts)
+            base, how_b = timed(lambda: bf16_moe(x, w, *route(logits, args.top_k)), dev)
             dense = bf16_moe(x, w, ids, rw).float()  # the baseline computes the same thing
             berr = float((dense - ref).norm() / ref.norm())
-            for b in ("triton", "reference"):
+            for b in backends:
                 out = layer[b](x, logits, args.top_k).float()
                 err = float((out - ref).norm() / ref.norm())
                 us, how = timed(lambda: layer[b](x, logits, args.top_k), dev)

@@ -213,11 +213,13 @@ def to_int32(word: Tensor) -> Tensor:
     return (word - ((word >> 31) << 32)).to(torch.int32)
 
 
-def wgmma_words(codes: Tensor, block_k: int, warps: int) -> Tensor:
-    """Padded 4-bit codes [N, K] -> the int32 words (8 codes each, bits at WGMMA_BITS)."""
+def wgmma_words(codes: Tensor, block_k: int, warps: int,
+                bit_places: tuple = WGMMA_BITS) -> Tensor:
+    """Padded 4-bit codes [N, K] -> the int32 words (8 codes each, code j's bits at
+    bit_places[j], mxfp4's WGMMA_BITS by default)."""
     c = wgmma_order(codes, block_k, warps)
     word = torch.zeros(c.shape[0], dtype=torch.int64, device=codes.device)
-    for j, bits in enumerate(WGMMA_BITS):
+    for j, bits in enumerate(bit_places):
         for i, pos in enumerate(bits):
             word |= ((c[:, j] >> i) & 1) << pos
     return to_int32(word)

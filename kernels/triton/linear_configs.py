@@ -47,7 +47,9 @@ TABLE: tuple[Choice, ...] = (
     # not a multiple of its K tile) the next row of the family that takes M runs.
     Choice("fp4", 1, "wgmma", _WGMMA_1),
     Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
-    Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=256, split=2, stages=3)),
+    # M = 32: block_k 128 / 4 stages, 21.1 / 64.8 us against 256 / 3's 22.8 / 70.1 (H200
+    # 2026-12-01 22:50 UTC sweep, .scratch/gpu_sweep.py; deeper pipelines won nowhere)
+    Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)),
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
                                             max_tiles=256)),
@@ -61,6 +63,20 @@ TABLE: tuple[Choice, ...] = (
     # mxfp8 via the fp8 convert: M = 1 / 16 / 64 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
     Choice("fp8", 16, "mma", _SMALL),
     Choice("fp8", 64, "mma", _MID_8),
+    # mxfp6 (e2m3 / e3m2) on sm_90, bf16 x and output: the wgmma kernel with the fp6 word
+    # decode (H200 2026-12-01 22:25 UTC, .scratch/gpu_fp6.py, graph, cold weights, the three
+    # shapes; bf16 34.7-38 / 110-132 / 115-130 us; e2m3 | e3m2 us):
+    #   M = 1   22.4 / 70.0 / 61.0 | 26.3 / 80.3 / 78.8   (8, 256, 2, 3: 23.8 / 62.1 / 65.3)
+    #   M = 16  23.9 / 69.1 / 65.4 | 28.3 / 83.4 / 84.9   (generic mma: 45.9 / 129 / 137)
+    #   M = 64  35.9 / 111 / 108   | 38.7 / 120 / 119     (generic mma: 69.7 / 229 / 239)
+    #   M = 128 56.0 / 212 / 181   | 60.7 / 236 / 204     (split 2: 64.7 / 221 / 190; the
+    #   dequant-gemm it replaces: 110 / 373 / 364). mxint8 / unpacked fp4: the rows below.
+    Choice("other", 1, "wgmma", WgmmaConfig(block_m=8, block_k=128, split=2, stages=4)),
+    Choice("other", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
+    # M = 32 (the sweep): e2m3 23.4 / 80.1, e3m2 29.7 / 94.7 us (the M = 64 row: 34 / 101, 38 / 115)
+    Choice("other", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)),
+    Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
+    Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)
     Choice("other", 1, "decode", GPU_FMA_CONFIG_8BIT),

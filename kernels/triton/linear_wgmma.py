@@ -228,12 +228,12 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
 # wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
 # the 2026-12-01 sweeps, N x K 200 x 1024 and 28672 x 8192, three calls each, bit-identical).
 BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
-# K past whole tiles (K_TAIL): written 2026-12-01 with no device lent; taken by the table once
-# tests/kernels/triton/test_linear_wgmma.py::test_k_past_whole_tiles_runs_on_wgmma passes on one.
-K_TAIL_VERIFIED = False
-# mxfp6 weights (FMT 1 / 2, fp6_words' layout): likewise, until
-# tests/kernels/triton/test_linear_wgmma.py::test_fp6_weights_match_the_reference passes on one.
-FP6_VERIFIED = False
+# K past whole tiles (K_TAIL) and mxfp6 weights (FMT 1 / 2, fp6_words' layout): gates a path
+# passes once its GPU test has (test_k_past_whole_tiles_runs_on_wgmma, test_fp6_weights_match_
+# the_reference, test_fp6_experts_match_the_reference): both passed in the whole-suite GPU run
+# of commit 017ee6a (H200, triton 3.6.0, 2026-12-01 22:25 UTC, docs/verification.md).
+K_TAIL_VERIFIED = True
+FP6_VERIFIED = True
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Grouped MoE experts in ONE Triton launch: activation QDQ + weight dequant + dot + routing weight.
 
-Host side (torch ops only, no device sync): the T * top_k (token, slot) pairs are sorted by
-expert (a stable sort, so the order is deterministic), `bincount` gives each expert's row
-count, and a fixed-size tile table maps program id 0 to (expert, M-tile); its length is an
-upper bound on the tiles, cdiv(T * top_k, BLOCK_M) + min(E, T * top_k), and the unused entries
-hold expert E, which the kernel skips. The token rows are gathered into expert order once.
+Host side (no device sync; kernels/triton/moe_routing.py, one launch): the T * top_k (token,
+slot) pairs are sorted by expert (a stable counting sort, so the order is deterministic) and a
+fixed-size tile table maps program id 0 to (expert, M-tile); its length is an upper bound on
+the tiles, cdiv(T * top_k, BLOCK_M) + min(E, T * top_k), and the unused entries hold expert E,
+which the kernel skips. The token rows are gathered into expert order once.
 
 Kernel: a program owns the [BLOCK_M, BLOCK_N] tile (expert e, M-tile, N-tile) and walks K with
 the emulation linear kernels' own helpers (kernels/triton/mx_codec.py: `act_tile`, the
@@ -12,8 +12,8 @@ dispatcher-exact activation QDQ; `weight_tile`, the exact dequant; linear_tiles.
 `prepare_tensors`, the one key -> constexpr mapping), so the MoE and the linear path cannot
 drift apart. The fp32 accumulator is multiplied by the slot's fp32 routing weight and stored, still fp32, to row
 t * top_k + k of a [T * top_k, N] buffer: every row is written by exactly one program, so there
-are no atomics and the result is deterministic. The slots are then added in order on the host
-(kernels.reference.moe.combine_slots) and cast once.
+are no atomics and the result is deterministic. The slots are then added in order and cast once
+(moe_routing.combine, bit for bit kernels.reference.moe.combine_slots).
 
 Against kernels.reference.moe the only difference is the dot's summation order (the operands
 are exact in the dot's input type, as in the linear kernel; the weight multiply, the slot sum
@@ -29,10 +29,10 @@ from torch import Tensor
 from kernels.base import PreparedWeight
 from kernels.dispatch import activation_qdq
 from kernels.mx import MXTensor
-from kernels.reference.moe import combine_slots
 from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import fit, mx_quant
 from kernels.triton.linear_tiles import dot_choice, prepare_tensors
+from kernels.triton.moe_routing import combine, sort_rows, table_views
 from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
 
 _WHERE = "kernels.triton.moe_grouped"
@@ -113,41 +113,6 @@ def kernel_constexprs(weight: MXTensor, activation: QuantKey | None,
     return prepare_tensors(prepared)
 
 
-def tile_table(expert_of_row: Tensor, num_experts: int, block_m: int, slots: int):
-    """(tile_expert, tile_m, start, count) int32 tensors, all of fixed size (no device sync).
-
-    Sorted rows: expert e owns rows [start[e], start[e] + count[e]) and tiles
-    [first[e], first[e] + cdiv(count[e], block_m)); a table slot past the last tile -> e = E."""
-    # scatter_add, not bincount: bincount reads the max id on the host (a device sync that
-    # breaks CUDA-graph capture, which decode loops in inference engines rely on)
-    count = torch.zeros(num_experts, dtype=torch.int64, device=expert_of_row.device)
-    count.scatter_add_(0, expert_of_row.long(), torch.ones_like(expert_of_row, dtype=torch.int64))
-    start = torch.cumsum(count, 0) - count
-    tiles = (count + block_m - 1) // block_m
-    last = torch.cumsum(tiles, 0)  # one past each expert's last tile
-    slot = torch.arange(slots, device=expert_of_row.device)
-    tile_expert = torch.searchsorted(last, slot, right=True)  # E past the last tile
-    first = (last - tiles).index_select(0, tile_expert.clamp(max=num_experts - 1))
-    tile_m = slot - first
-    return (tile_expert.to(torch.int32), tile_m.to(torch.int32), start.to(torch.int32),
-            count.to(torch.int32))
-
-
-def sort_rows(x: Tensor, topk_ids: Tensor, topk_weights: Tensor, num_experts: int,
-              block_m: int) -> tuple:
-    """The T * top_k (token, slot) rows in expert order, with no device sync: (x rows gathered
-    into that order, their fp32 routing weights, each one's output row t * top_k + k (int32),
-    the tile table's length, `tile_table`'s four tensors for M tiles of block_m rows)."""
-    rows = topk_ids.numel()
-    flat = topk_ids.reshape(rows)
-    order = torch.sort(flat, stable=True).indices  # (token, slot) pairs in expert order
-    x_sorted = x.index_select(0, order // topk_ids.shape[1])
-    rw_sorted = topk_weights.reshape(rows).float().index_select(0, order).contiguous()
-    slots = triton.cdiv(rows, block_m) + min(num_experts, rows)
-    table = tile_table(flat.index_select(0, order), num_experts, block_m, slots)
-    return x_sorted, rw_sorted, order.to(torch.int32), slots, table
-
-
 def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | None,
                            act_scale: Tensor | None, topk_ids: Tensor, topk_weights: Tensor,
                            out_dtype: torch.dtype | None = None, *,
@@ -184,8 +149,9 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
     tiles = INTERPRETER_TILES if mx_quant._INTERPRETED else GPU_TILES
     size = "small" if rows <= SMALL_ROWS * num_experts else "large"  # mean rows per expert
     bm, bn, bk, warps, stages = tiles[size]
-    x_sorted, rw_sorted, dest, slots, (tile_expert, tile_m, start, count) = sort_rows(
-        x, topk_ids, topk_weights, num_experts, bm)
+    src, rw_sorted, dest, slots, grp = sort_rows(topk_ids, topk_weights, num_experts, bm)
+    x_sorted = x.index_select(0, src)
+    tile_expert, tile_m, start, count = table_views(grp, slots, num_experts)
 
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
     scale = cached["act_scale"]
@@ -206,7 +172,7 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
     fit.launch_fitting(_WHERE, key, fit.TileConfig(bm, bn, bk, warps, stages), run,
                        lambda cfg: fit.smaller_configs(cfg, stages="stages",
                                                        blocks=(("bk", 64), ("bn", 16))))
-    return combine_slots(weighted.view(tokens, top_k, n)).to(out_dtype)
+    return combine(weighted.view(tokens, top_k, n), out_dtype)
 
 
-__all__ = ["grouped_experts_triton", "kernel_constexprs", "sort_rows", "tile_table"]
+__all__ = ["grouped_experts_triton", "kernel_constexprs"]

@@ -7,17 +7,17 @@ exact decode and stages it through shared memory, while the experts hold most of
 bytes; the dense wgmma kernel reads packed mxfp4 at 2-2.6x bf16 at small M (docs/benchmarks.md).
 Here each (expert, M tile) of the routing's tile table is one of that kernel's tiles.
 
-Host (torch ops only, no device sync: CUDA-graph capturable): the rows are sorted by expert as
-in moe_grouped (`sort_rows`: the same stable order, gather and tile table, the table packed in
-one int32 tensor); W4A4 QDQs the T token rows once before the gather (row-wise: the same bits).
-Kernel grid (N tiles, table slots, K slices); a slot past the last tile returns at once. The
-output is fp32 [T * top_k, N]: each row times its routing weight, written by one program; the
-slots are then added in order (kernels.reference.moe.combine_slots) and cast once, as the Triton
-path does, so both differ from kernels.reference.moe only by the dot's summation order.
+Host (no device sync: CUDA-graph capturable): the rows are sorted by expert as in moe_grouped
+(moe_routing.sort_rows, one launch: the same stable order and packed tile table), then gathered;
+W4A4 QDQs the T token rows once before the gather (row-wise: the same bits). Kernel grid (N
+tiles, table slots, K slices); a slot past the last tile returns at once. The output is fp32
+[T * top_k, N]: each row times its routing weight, written by one program; the slots are then
+added in order and cast once (moe_routing.combine), as the Triton path does, so both differ
+from kernels.reference.moe only by the dot's summation order.
 
-VERIFIED: whether `grouped_experts_triton` takes this path by itself. False until the GPU tests
-(tests/kernels/test_moe_wgmma.py, run whole by tools/gpu_check.sh) have passed on an H200:
-written 2026-12-01 when no device was lent; Gluon does not run under the CPU interpreter.
+VERIFIED: whether `grouped_experts_triton` takes this path by itself: set once the GPU tests
+(tests/kernels/triton/test_moe_wgmma.py) passed in a whole-suite run on an H200 (commit
+017ee6a, 2026-12-01, docs/verification.md); Gluon does not run under the CPU interpreter.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ import torch
 from torch import Tensor
 
 from kernels.mx import MXTensor
-from kernels.reference.moe import combine_slots
 from kernels.reference.packing import unpack_codes
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.spec.contract import QuantKey
@@ -40,9 +39,9 @@ from kernels.triton.linear_decode import fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
                                          _wgmma_linear_kernel, copyable_rows)
-from kernels.triton.moe_grouped import sort_rows
+from kernels.triton.moe_routing import combine, sort_rows
 
-VERIFIED = False
+VERIFIED = True
 
 
 def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Optional[str]:
@@ -64,11 +63,13 @@ def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Opt
     return None
 
 
-def config_for(rows: int, num_experts: int) -> WgmmaConfig:
-    """The dense table's wgmma row for the mean rows per expert (one M tile covers it)."""
+def config_for(rows: int, num_experts: int, fmt: str = "mxfp4") -> WgmmaConfig:
+    """The dense table's wgmma row of the weight's family ("fp4", or "other": mxfp6) for the
+    mean rows per expert (one M tile covers it)."""
     mean = -(-rows // num_experts)
     block_m = next((b for b in BLOCK_M_VERIFIED if b >= mean), BLOCK_M_VERIFIED[-1])
-    return linear_configs.config_for("wgmma", "fp4", block_m, False)
+    return linear_configs.config_for("wgmma", "fp4" if fmt == "mxfp4" else "other", block_m,
+                                     False)
 
 
 def expert_layout(weight: MXTensor, block_k: int) -> tuple[Tensor, Tensor, Tensor, int, int]:
@@ -101,7 +102,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     num_experts, n, _ = weight.shape
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
-    cfg = cfg or config_for(rows, num_experts)
+    cfg = cfg or config_for(rows, num_experts, weight.fmt)
     ok = cached.get("wgmma_scale_fits")
     if ok is None:  # once per weight (a device sync)
         ok = cached.setdefault("wgmma_scale_fits", fast_fp4_scale(weight.scales)
@@ -116,9 +117,9 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     words, sbytes, bwords, stride_we, stride_se = layout
     if activation is not None:  # row-wise QDQ: the same bits before or after the gather
         x = mx_quant.QdqPlan(activation.format, activation.scale.rounding, x.dtype, k)(x)
-    x_sorted, rw_sorted, dest, slots, table = sort_rows(x, topk_ids, topk_weights, num_experts,
-                                                        cfg.block_m)
-    grp = torch.cat(table)  # [expert of slot | M tile of slot | first row | rows] (int32)
+    src, rw_sorted, dest, slots, grp = sort_rows(topk_ids, topk_weights, num_experts,
+                                                 cfg.block_m)
+    x_sorted = x.index_select(0, src)
     grid_n = -(-n // (16 * WGMMA_WARPS))
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
@@ -137,7 +138,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
                      WGMMA_WARPS, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt)),
                     num_warps=WGMMA_WARPS, num_stages=1)
-    return combine_slots(weighted.view(tokens, top_k, n)).to(out_dtype)
+    return combine(weighted.view(tokens, top_k, n), out_dtype)
 
 
 __all__ = ["VERIFIED", "config_for", "expert_layout", "grouped_experts_wgmma", "unavailable"]

@@ -73,11 +73,9 @@ def decode_fp4(words, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, A: g
 
 
 def _fp6_asm(fmt: str) -> str:
-    """PTX: A word ($8: top 4 bits of 8 codes, mxfp4's layout) + B word ($9: low 2 bits) with
-    its rotation base ($10) -> 8 bf16 times the scale word ($11): fp6_words.wgmma_decode_fp6's
-    steps, one for one."""
-    fix = ("and.b32 c, a, 0x01C001C0; and.b32 a, a, 0x80008000; shl.b32 c, c, 1; "
-           "or.b32 a, a, c; ") if fmt == "mxfp6_e3m2" else ""
+    """PTX: A word ($8: top 4 bits of 8 codes; e2m3 in mxfp4's layout, e3m2 in its own) + B
+    word ($9: low 2 bits) with its rotation base ($10) -> 8 bf16 times the scale word ($11):
+    fp6_words.fp6_pairs' steps, one for one."""
     low = f"and.b32 b, b, {B_MASK[fmt]:#010x}; or.b32 a, a, b; mul.rn.bf16x2 a, a, $11; "
     tops = ("and.b32 a, $8, 0x81C081C0; ",
             "shf.r.wrap.b32 a, $8, $8, 3; and.b32 a, a, 0x81C081C0; ",
@@ -85,7 +83,14 @@ def _fp6_asm(fmt: str) -> str:
             "and.b32 c, c, 0x80008000; or.b32 a, a, c; ",
             "shf.r.wrap.b32 a, $8, $8, 13; shf.r.wrap.b32 c, $8, $8, 2; and.b32 a, a, 0x01C001C0; "
             "and.b32 c, c, 0x80008000; or.b32 a, a, c; ")
-    body = "".join(f"{top}{fix}add.u32 r, $10, {2 * p}; shf.r.wrap.b32 b, $9, $9, r; {low}"
+    if fmt == "mxfp6_e3m2":  # fp6_words.WGMMA_BITS_E3M2's placement: {15, 9, 8, 7}
+        tops = ("and.b32 a, $8, 0x83808380; ",
+                "shf.r.wrap.b32 a, $8, $8, 4; and.b32 a, a, 0x83808380; ",
+                "shf.r.wrap.b32 a, $8, $8, 9; shl.b32 c, $8, 5; and.b32 a, a, 0x03800380; "
+                "and.b32 c, c, 0x80008000; or.b32 a, a, c; ",
+                "shf.r.wrap.b32 a, $8, $8, 13; shl.b32 c, $8, 1; and.b32 a, a, 0x03800380; "
+                "and.b32 c, c, 0x80008000; or.b32 a, a, c; ")
+    body = "".join(f"{top}add.u32 r, $10, {2 * p}; shf.r.wrap.b32 b, $9, $9, r; {low}"
                    f"mov.b32 {{${2 * p}, ${2 * p + 1}}}, a;\n" for p, top in enumerate(tops))
     return "{\n.reg .b32 a, b, c, r;\n" + body + "}"
 

@@ -29,7 +29,7 @@ from registry import MXGroupedExperts
 from kernels.mx import MXTensor
 from kernels.reference.moe import route
 from kernels.spec.contract import QuantKey, ScaleDesc, SchemeContract
-from kernels.triton import moe_grouped
+from kernels.triton import moe_grouped, moe_routing
 from registry.files.catalog import load_schemes
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -366,7 +366,7 @@ def test_tile_table_covers_each_expert_tile_once() -> None:
         rows = int(torch.randint(1, 40, (), generator=gen))
         expert_of_row = torch.sort(torch.randint(0, experts, (rows,), generator=gen)).values
         slots = -(-rows // block_m) + min(experts, rows)
-        tile_e, tile_m, start, count = moe_grouped.tile_table(expert_of_row, experts, block_m,
+        tile_e, tile_m, start, count = moe_routing.tile_table(expert_of_row, experts, block_m,
                                                                slots)
         want_count = torch.bincount(expert_of_row, minlength=experts)
         assert torch.equal(count.long(), want_count)

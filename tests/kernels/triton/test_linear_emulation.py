@@ -251,8 +251,13 @@ def test_strategy_choice_and_refusals() -> None:
     assert le.strategy_for(129, bf, bf, None, True, fp4)[0] == "dequant-gemm"
     assert le.strategy_for(64, bf, bf, None, True, fp8)[0] == "mma"
     assert le.strategy_for(65, bf, bf, None, True, fp8)[0] == "dequant-gemm"
-    assert le.strategy_for(1, bf, bf, None, True, int8)[0] == "decode"
-    assert le.strategy_for(65, f16, f16, None, True, int8)[0] == "tiled"
+    # the "other" family's first rows are wgmma (mxfp6); a weight it refuses (mxint8 here:
+    # linear_wgmma.unavailable) takes the next row, as _plan does
+    assert le.strategy_for(1, bf, bf, None, True, int8)[0] == "wgmma"
+    assert le.strategy_for(1, bf, bf, None, True, int8, skip=("wgmma",))[0] == "decode"
+    assert le.strategy_for(16, bf, bf, None, True, int8, skip=("wgmma",))[0] == "mma"
+    assert le.strategy_for(65, f16, f16, None, True, int8)[0] == "wgmma"  # refused: fp16 x
+    assert le.strategy_for(65, f16, f16, None, True, int8, skip=("wgmma",))[0] == "tiled"
     assert le.strategy_for(200, bf, bf, torch.zeros(4), True, fp4)[0] == "tiled"
     assert le.strategy_for(200, bf, bf, None, False, fp4)[0] == "tiled"  # no GPU
     # the interpreter takes the GPU's strategy with its own small config

@@ -19,6 +19,7 @@ from kernels.reference.packing import pack_codes
 from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.spec.formats import FORMATS
 from kernels.triton import fp4_words as fw
+from kernels.triton import linear_configs
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
 from kernels.triton.linear_emulation import fused_linear
@@ -205,7 +206,9 @@ def test_configs_past_the_verified_tiles_are_refused() -> None:
 
 
 def tile_for(m: int) -> int:
-    return next(b for b in lw.BLOCK_M_VERIFIED if b >= m)
+    """The smallest verified block_m that takes M's bucket (plans are cached per bucket, so a
+    tile smaller than the bucket is refused: test_unavailable_says_why)."""
+    return next(b for b in lw.BLOCK_M_VERIFIED if b >= linear_configs.m_bucket(m))
 
 
 @gpu

@@ -77,6 +77,8 @@ def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
                              (100, 1, 128)):
         cfg = moe_wgmma.config_for(rows, e)
         assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False), (rows, e)
+        six = moe_wgmma.config_for(rows, e, "mxfp6_e3m2")  # mxfp6: the table's own rows
+        assert six == linear_configs.config_for("wgmma", "other", block_m, False), (rows, e)
 
 
 def test_unavailable_says_why() -> None:

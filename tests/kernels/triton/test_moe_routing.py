@@ -1,0 +1,67 @@
+"""The MoE host steps as kernels (kernels/triton/moe_routing.py): the one-launch sort + tile
+table against its torch twin, and the one-launch slot combine against kernels.reference.moe's
+combine_slots, bit for bit (in the interpreter on the CPU, compiled on a GPU)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.reference.moe import combine_slots
+from kernels.triton import moe_routing
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def routing(tokens: int, experts: int, top_k: int, gen: torch.Generator, case: str):
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
+    if case == "one hot expert":  # expert 1 takes a slot of every token, others empty
+        ids[:, 0] = 1
+        ids[:, 1:] = torch.where(ids[:, 1:] == 1, 0, ids[:, 1:])
+    elif case == "skewed":  # experts past the first few unused
+        ids = ids % min(3, experts) if top_k == 1 else ids
+    weights = torch.rand(tokens, top_k, generator=gen)
+    return ids, weights
+
+
+# (tokens, experts, top_k, block_m): T = 1 decode, a padded E (3, 384), E = 1, rows past a
+# chunk of the kernel's one-hot (4096 // E_PAD rows), block_m past the rows
+CASES = [(1, 8, 2, 8), (16, 8, 2, 16), (37, 64, 6, 8), (5, 1, 1, 16), (300, 32, 4, 64),
+         (3, 384, 8, 8), (200, 3, 2, 128), (700, 8, 1, 16)]
+
+
+@pytest.mark.parametrize("tokens,experts,top_k,block_m", CASES)
+@pytest.mark.parametrize("case", ["random", "one hot expert", "skewed"])
+def test_sort_rows_matches_the_torch_twin(tokens: int, experts: int, top_k: int, block_m: int,
+                                          case: str) -> None:
+    if case == "one hot expert" and (experts < 2 or top_k == experts):
+        pytest.skip("needs an expert left out")
+    gen = torch.Generator().manual_seed(tokens * 1000 + experts * 10 + top_k + len(case))
+    ids, weights = routing(tokens, experts, top_k, gen, case)
+    for id_dtype, w_dtype in ((torch.int64, torch.float32), (torch.int32, torch.bfloat16)):
+        i, w = ids.to(DEVICE, id_dtype), weights.to(DEVICE, w_dtype)
+        got = moe_routing.sort_rows(i, w, experts, block_m)
+        want = moe_routing.sort_rows_torch(i, w, experts, block_m)
+        assert got[3] == want[3]  # the table's length
+        for name, a, b in zip(("src", "rw_sorted", "dest", "", "table"), got, want):
+            if name:
+                assert a.dtype == b.dtype and torch.equal(a, b), (name, id_dtype, a, b)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tokens,top_k,n", [(1, 2, 50), (7, 6, 1030), (3, 1, 16)])
+def test_combine_is_combine_slots_bit_for_bit(out_dtype: torch.dtype, tokens: int, top_k: int,
+                                              n: int) -> None:
+    gen = torch.Generator().manual_seed(tokens * 100 + top_k * 10 + n)
+    w = torch.randn(tokens, top_k, n, generator=gen) * 1000
+    w[0, 0, 3] = float("nan")
+    w[-1, -1, 4] = float("inf")
+    w[0, :, 5] = 2.0 ** -140  # subnormal sums
+    w[0, :, 6] = -0.0
+    w[-1, 0, 7] = 70000.0  # past fp16's range: inf in fp16
+    w = w.to(DEVICE)
+    got = moe_routing.combine(w, out_dtype)
+    want = combine_slots(w).to(out_dtype)
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    bits = {torch.float32: torch.int32}.get(out_dtype, torch.int16)
+    assert torch.equal(got[~nan].view(bits), want[~nan].view(bits))

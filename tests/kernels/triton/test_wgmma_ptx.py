@@ -1,0 +1,94 @@
+"""The wgmma decoders' PTX itself, run on the CPU: a small interpreter of the instructions they
+use (and / or / shl / shr / shf.r.wrap / add / mov / mul.rn.bf16x2) replays each inline-asm
+string on random words and must give the bf16x2 patterns of its torch twin (fp4_words.
+wgmma_pairs, fp6_words.fp6_pairs), which CPU CI checks against the reference dequantization
+(test_fp6_words, test_linear_wgmma). So a PTX edit that drifts from its twin fails here, not
+only on an H200."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from kernels.triton import fp4_words as fw
+from kernels.triton import fp6_words as f6
+from kernels.triton import wgmma_decode as wd
+
+MASK = 0xFFFFFFFF
+
+
+def run_ptx(asm: str, inputs: dict[str, int]) -> dict[str, int]:
+    """Execute the asm body on 32-bit ints; `inputs` maps "$8".. to values. The multiply is
+    left out (mul.rn.bf16x2 d, a, s: d = a) so the outputs are the patterns before the scale;
+    returns the 16-bit outputs "$0".. ."""
+    regs = dict(inputs)
+    body = re.sub(r"\.reg[^;]*;", "", asm).replace("{", " ").replace("}", " ")
+    for ins in filter(None, (i.strip() for i in body.split(";"))):
+        op, args = ins.split(None, 1)
+        if op == "mov.b32":  # mov.b32 {$lo, $hi}, a
+            lo, hi, src = re.match(r"\s*(\$\d+)\s*,\s*(\$\d+)\s*,\s*(\w+)", args.replace(
+                "{", "").replace("}", "")).groups()
+            regs[lo], regs[hi] = regs[src] & 0xFFFF, regs[src] >> 16
+            continue
+        d, *src = [a.strip() for a in args.split(",")]
+        v = [regs[a] if a in regs else int(a, 0) for a in src]
+        if op == "and.b32":
+            r = v[0] & v[1]
+        elif op == "or.b32":
+            r = v[0] | v[1]
+        elif op == "shl.b32":
+            r = (v[0] << v[1]) & MASK
+        elif op == "shr.b32":
+            r = v[0] >> v[1]
+        elif op == "shf.r.wrap.b32":  # funnel shift of (hi:lo) right by n & 31
+            n = v[2] & 31
+            r = (((v[1] << 32) | v[0]) >> n) & MASK
+        elif op == "add.u32":
+            r = (v[0] + v[1]) & MASK
+        elif op == "mul.rn.bf16x2":
+            r = v[0]
+        else:
+            raise AssertionError(f"instruction {op!r} is not modelled: extend run_ptx")
+        regs[d] = r
+    return {k: v for k, v in regs.items() if k.startswith("$") and int(k[1:]) < 8}
+
+
+def patterns(out: dict[str, int]) -> list[int]:
+    return [out[f"${2 * p}"] | (out[f"${2 * p + 1}"] << 16) for p in range(4)]
+
+
+def random_words(count: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    words = torch.randint(-2**31, 2**31, (count,), generator=gen, dtype=torch.int64)
+    return torch.cat([words, torch.tensor([0, -1, 0x7FFFFFFF, -2**31])]).to(torch.int32)
+
+
+def test_fp4_ptx_is_its_twin() -> None:
+    words = random_words(200, 1)
+    twin = [p.tolist() for p in fw.wgmma_pairs(words)]
+    for i, w in enumerate(words.tolist()):
+        got = patterns(run_ptx(wd._DECODE.value, {"$8": w & MASK, "$9": 0}))
+        assert got == [twin[p][i] for p in range(4)], hex(w & MASK)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp6_e2m3", "mxfp6_e3m2"])
+def test_fp6_ptx_is_its_twin(fmt: str) -> None:
+    a = random_words(200, 2)
+    b = random_words(a.numel() // 2 - 4, 3)  # one B word for two A words
+    twin = [p.tolist() for p in f6.fp6_pairs(a, b, fmt)]
+    asm = (wd._DECODE_E2M3 if fmt == "mxfp6_e2m3" else wd._DECODE_E3M2).value
+    for i, w in enumerate(a.tolist()):
+        base = 8 * (i % 2) + f6.B_ROT[fmt]  # the kernel's: (block % 2) * 8 + _ROT_E3M2
+        out = run_ptx(asm, {"$8": w & MASK, "$9": int(b[i // 2]) & MASK, "$10": base, "$11": 0})
+        assert patterns(out) == [twin[p][i] for p in range(4)], (fmt, i)
+
+
+def test_the_interpreter_can_fail() -> None:
+    """A one-bit drift in the PTX (mask or rotation) is caught."""
+    words = random_words(50, 4)
+    twin = [p.tolist() for p in fw.wgmma_pairs(words)]
+    bad = wd._DECODE.value.replace("shf.r.wrap.b32 a, $8, $8, 3;", "shf.r.wrap.b32 a, $8, $8, 4;")
+    assert bad != wd._DECODE.value
+    assert any(patterns(run_ptx(bad, {"$8": w & MASK, "$9": 0})) != [twin[p][i] for p in range(4)]
+               for i, w in enumerate(words.tolist()))
