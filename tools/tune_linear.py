@@ -1,6 +1,8 @@
 """Sweep the linear kernels' strategies and tile configs on a GPU; check each against the reference.
 
     python tools/tune_linear.py [--quick] [--out tune.json]
+    python tools/tune_linear.py --parts wgmma --ms 32,64,128 --weights mxfp4,mxfp6_e3m2 \
+        --out wgmma.json   # the wgmma grid (two warpgroups included) beside the table's pick
 
 Why a separate script: `registry bench` times what the resolver picks; this one times every
 strategy / config of the fast kernels (the Gluon wgmma kernel, the mma kernel, decode split-K,
@@ -29,6 +31,7 @@ from kernels.triton.linear_decode import DecodeConfig  # noqa: E402
 from kernels.triton.linear_emulation import fused_linear  # noqa: E402
 from kernels.triton.linear_fp8_mma import MMAConfig, fp8_mma_linear  # noqa: E402
 from kernels.triton.linear_mma import MmaConfig  # noqa: E402
+from kernels.triton import linear_wgmma  # noqa: E402
 from kernels.triton.linear_wgmma import BLOCK_M_VERIFIED, WgmmaConfig  # noqa: E402
 from registry.machine.timing import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
 
@@ -125,24 +128,39 @@ def mma_configs(m: int, quick: bool) -> list[MmaConfig]:
 
 
 def wgmma_configs(m: int, quick: bool) -> list[WgmmaConfig]:
-    """The Gluon kernel's grid for M's bucket (2026-12-01 sweep: docs/benchmarks.md part 4)."""
+    """The Gluon kernel's grid for M's bucket (2026-12-01 sweep: docs/benchmarks.md part 4);
+    from block_m 32, two-warpgroup variants (warps 8: the x tile read once for 128 rows)."""
     block_m = next(b for b in BLOCK_M_VERIFIED if b >= m)
     grid = {8: [(256, 2, 3), (256, 2, 4), (256, 4, 4), (128, 2, 4), (512, 2, 3)],
             16: [(128, 2, 4), (256, 2, 3), (256, 2, 4), (256, 4, 4)],
-            32: [(256, 2, 3), (128, 2, 4), (256, 2, 4), (128, 4, 4)],
-            64: [(128, 2, 3), (128, 2, 4), (128, 1, 4), (128, 4, 4), (256, 2, 3)],
-            128: [(128, 2, 3), (128, 1, 3), (128, 4, 3), (128, 2, 4)]}[block_m]
+            32: [(256, 2, 3), (128, 2, 4), (256, 2, 4), (128, 4, 4), (128, 2, 4, 0, 8),
+                 (256, 2, 3, 0, 8), (128, 1, 4, 0, 8)],
+            64: [(128, 2, 3), (128, 2, 4), (128, 1, 4), (128, 4, 4), (256, 2, 3),
+                 (128, 1, 3, 0, 8), (128, 2, 3, 0, 8), (128, 1, 4, 0, 8), (256, 1, 3, 0, 8)],
+            128: [(128, 2, 3), (128, 1, 3), (128, 4, 3), (128, 2, 4), (128, 1, 3, 0, 8),
+                  (128, 2, 3, 0, 8), (128, 1, 4, 0, 8), (128, 1, 2, 0, 8)]}[block_m]
     return [WgmmaConfig(block_m, *g) for g in (grid[:2] if quick else grid)]
+
+
+def wgmma_name(c: WgmmaConfig) -> str:
+    return f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
-    ap.add_argument("--parts", default="wgmma,mma,decode,large,fp8,others")
+    ap.add_argument("--parts", default="wgmma,mma,decode,large,dot,fp8,others")
+    ap.add_argument("--ms", help="comma-separated M values of the main sweep (default: "
+                    + ",".join(map(str, MS)) + ")")
+    ap.add_argument("--weights", default="mxfp4,mxfp4:mxfp4,mxfp8_e4m3:mxfp8_e4m3",
+                    help="the main sweep's contracts, W[:A] (e.g. mxfp4,mxfp6_e3m2)")
     args = ap.parse_args()
     dev = "cuda"
     parts = set(args.parts.split(","))
+    # every variant is checked against the reference here (err column): configs still gated
+    # (two warpgroups) are swept too, so that the table's rows are measured choices
+    linear_wgmma.WARPS_VERIFIED = (4, 8)
     rows: list[dict] = []
     t0 = time.time()
     print(f"{torch.cuda.get_device_name()} copy {copy_bandwidth(dev):.3f} TB/s", flush=True)
@@ -160,24 +178,25 @@ def main() -> None:
               f"{res.get('error', '')}", flush=True)
 
     shapes = SHAPES[:1] if args.quick else SHAPES
+    ms = [int(v) for v in args.ms.split(",")] if args.ms else MS
+    contracts = [(w, a or None) for w, _, a in (c.partition(":") for c in args.weights.split(","))]
     for n, k in shapes:
-        base = {m: bf16_us(n, k, m, dev) for m in MS}
-        for w, a in [("mxfp4", None), ("mxfp4", "mxfp4"), ("mxfp8_e4m3", "mxfp8_e4m3")]:
+        base = {m: bf16_us(n, k, m, dev) for m in ms}
+        for w, a in contracts:
             if w == "mxfp8_e4m3" and "fp8" not in parts and "large" not in parts:
                 continue
             case = Case(w, a, n, k, dev)
-            for m in MS:
+            for m in ms:
                 x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
                 want = case.reference(x)
-                variants = []
+                variants = [("auto (the table)", lambda x, p: fused_linear(x, p))]
                 if m <= 16 and "decode" in parts:
                     cfgs = decode_configs(args.quick) if (n, k) == SHAPES[0] else \
                         decode_configs(True)
                     variants += [(config_name(c), lambda x, p, c=c: fused_linear(
                                       x, p, strategy="decode", config=c)) for c in cfgs]
-                if m <= 128 and "wgmma" in parts and w == "mxfp4":
-                    variants += [(f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages}",
-                                  lambda x, p, c=c: fused_linear(x, p, strategy="wgmma",
+                if m <= 128 and "wgmma" in parts and w in linear_wgmma.FORMATS:
+                    variants += [(wgmma_name(c), lambda x, p, c=c: fused_linear(x, p, strategy="wgmma",
                                                                  config=c))
                                  for c in wgmma_configs(m, args.quick)]
                 if m <= 128 and "mma" in parts:
@@ -191,7 +210,7 @@ def main() -> None:
                 if m >= 128 and "large" in parts:
                     variants += [("dequant-gemm", lambda x, p: fused_linear(
                         x, p, strategy="dequant-gemm"))]
-                if w != "mxfp8_e4m3" or "fp8" in parts:
+                if "dot" in parts and (w != "mxfp8_e4m3" or "fp8" in parts):
                     ds = load_kernel("triton-dot-scaled")
                     variants += [("dot-scaled", lambda x, p: ds.apply(x, p))]
                 if w == "mxfp8_e4m3" and m >= 128 and "fp8" in parts:

@@ -11,7 +11,8 @@ from one 32-bit word are exactly 8 of its registers of wgmma's A operand; the de
 from the decoder's registers into `warpgroup_mma` with no data movement (the layout conversion
 is checked trivial at compile time: `assert_trivial`).
 
-The kernel (swap AB: out^T = W @ x^T; 4 warps = one warpgroup = 64 weight rows a program):
+The kernel (swap AB: out^T = W @ x^T; 4 warps = one warpgroup = 64 weight rows a program, or
+8 = two warpgroups, 128 rows sharing each x tile: `WgmmaConfig.warps`, gated):
 - a ring of STAGES shared-memory buffers filled by cp.async (words, scale bytes, the bf16 x tile;
   rows of x past M are predicated off and only reach accumulator columns that are never stored),
   one CTA barrier per K tile;
@@ -234,6 +235,12 @@ BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
 # of commit 017ee6a (H200, triton 3.6.0, 2026-12-01 22:25 UTC, docs/verification.md).
 K_TAIL_VERIFIED = True
 FP6_VERIFIED = True
+# Warps a program (16 weight rows each): 4 is one warpgroup, 64 rows. 8 (two warpgroups, 128
+# rows sharing one x tile) halves the x tile's re-reads, which at M >= 64 are most of a
+# program's copies (M = 128, block_k 128: 32 KB of x against 4 KB of weight a K tile): written
+# 2026-12-01 with no device time left, taken once test_two_warpgroups_match_the_reference
+# passes on an H200 (the table's rows stay at 4 until measured).
+WARPS_VERIFIED = (4,)
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,7 @@ class WgmmaConfig:
     split: int  # K slices (1: none)
     stages: int  # shared-memory buffers (>= 2): stages - 1 K tiles in flight
     max_tiles: int = 0  # split-K only while output tiles <= this (0: always); data, not a rule
+    warps: int = WGMMA_WARPS  # 4 or 8: 16 weight rows a warp (WARPS_VERIFIED)
 
     def __post_init__(self) -> None:
         if self.block_m not in BLOCK_M_VERIFIED:
@@ -252,6 +260,9 @@ class WgmmaConfig:
             raise ValueError(f"WgmmaConfig: block_k={self.block_k} (a multiple of 128), "
                              f"stages={self.stages} (>= 2), split={self.split} (>= 1), "
                              f"max_tiles={self.max_tiles} (>= 0)")
+        if self.warps not in (4, 8):
+            raise ValueError(f"WgmmaConfig: warps={self.warps} is not 4 or 8 (one or two "
+                             "warpgroups)")
 
 
 @dataclass(frozen=True)
@@ -290,6 +301,8 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
     """Why the wgmma strategy cannot run a call of M rows (None: it can)."""
     if m > cfg.block_m:
         return f"M={m} rows need one M tile (block_m={cfg.block_m})"
+    if cfg.warps not in WARPS_VERIFIED:
+        return f"warps={cfg.warps} (two warpgroups): written, not yet verified on a GPU"
     fmt = weight_format(consts)
     if fmt is None:
         return "packed mxfp4 or mxfp6 weights only"
@@ -315,12 +328,12 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     scale byte is past the layout's range (mxfp4: 128, `fp4_scale_fits`; mxfp6: `scale_fits`;
     checked once per weight, a device sync)."""
     fmt = weight_format(cached["consts"])
-    layout = _layout(cached, fmt, k, cfg.block_k)
+    layout = _layout(cached, fmt, k, cfg.block_k, cfg.warps)
     if layout is None:
         return None
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
-    grid_n = -(-n // (16 * WGMMA_WARPS))
+    grid_n = -(-n // (16 * cfg.warps))
     tiles = grid_n * -(-m_max // cfg.block_m)
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
@@ -330,16 +343,18 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                      FORMATS.index(fmt))
 
 
-def _layout(cached: dict, fmt: str, k: int, block_k: int) -> Optional[tuple]:
-    """(words, scale bytes, B words or None) of a prepared weight, built once per K tile."""
-    found = cached.get(("wgmma", block_k))
+def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optional[tuple]:
+    """(words, scale bytes, B words or None) of a prepared weight, built once per K tile and
+    warps a program."""
+    found = cached.get(("wgmma", block_k, warps))
     if found is not None:
         return found
     data, scales = cached["data"], cached["scales"]
     if fmt == "mxfp4":
         if not fp4_scale_fits(cached):
             return None
-        return cached.setdefault(("wgmma", block_k), (*wgmma_layout(data, scales, block_k), None))
+        return cached.setdefault(("wgmma", block_k, warps),
+                                 (*wgmma_layout(data, scales, block_k, warps), None))
     ok = cached.get("fp6_scale_fits")
     if ok is None:
         ok = cached.setdefault("fp6_scale_fits", scale_fits(scales, fmt))
@@ -347,8 +362,8 @@ def _layout(cached: dict, fmt: str, k: int, block_k: int) -> Optional[tuple]:
         return None
     codes = data if cached["consts"]["W_PACK"] == 0 else unpack_codes(
         data.view(torch.uint8), get_format(fmt), "packed", k)
-    a, b, s = wgmma_layout_fp6(codes, scales, fmt, block_k)
-    return cached.setdefault(("wgmma", block_k), (a, s, b))
+    a, b, s = wgmma_layout_fp6(codes, scales, fmt, block_k, warps)
+    return cached.setdefault(("wgmma", block_k, warps), (a, s, b))
 
 
 def copyable_rows(x2d: Tensor) -> Tensor:
@@ -366,7 +381,7 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
     m = x2d.shape[0]
     cfg = plan.cfg
     grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
-    part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * WGMMA_WARPS * cfg.block_m
+    part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * cfg.warps * cfg.block_m
                            if plan.split > 1 else 1, x2d.device)
     b = bias if bias is not None else lock
     key = (plan.key, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b), aligned(out),
@@ -375,9 +390,9 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
                     (x2d, plan.words, plan.words if plan.bwords is None else plan.bwords,
                      plan.sbytes, b, out, part, lock, lock, lock, b, m, plan.n, plan.k,
                      plan.per_split, 1, x2d.stride(0), out.stride(0), 0, 0, bias is not None,
-                     plan.split, cfg.block_m, cfg.block_k, cfg.stages, WGMMA_WARPS,
+                     plan.split, cfg.block_m, cfg.block_k, cfg.stages, cfg.warps,
                      plan.k % cfg.block_k != 0, False, plan.fmt),
-                    num_warps=WGMMA_WARPS, num_stages=1)
+                    num_warps=cfg.warps, num_stages=1)
 
 
 __all__ = ["FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows", "run_wgmma", "unavailable",

@@ -103,6 +103,9 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
     cfg = cfg or config_for(rows, num_experts, weight.fmt)
+    if cfg.warps != WGMMA_WARPS:
+        raise ValueError(f"moe_wgmma: warps={cfg.warps} configs run dense layers only (the "
+                         f"experts' layout is {16 * WGMMA_WARPS} rows a tile)")
     ok = cached.get("wgmma_scale_fits")
     if ok is None:  # once per weight (a device sync)
         ok = cached.setdefault("wgmma_scale_fits", fast_fp4_scale(weight.scales)

@@ -27,16 +27,19 @@ def weight(fmt: str, n: int, k: int, gen: torch.Generator) -> MXTensor:
 
 
 @pytest.mark.parametrize("fmt", FP6)
-@pytest.mark.parametrize("n,k,block_k", [(64, 256, 256), (200, 512, 128), (40, 2880, 256),
-                                         (16, 384, 128)])
-def test_layout_decodes_to_the_reference(fmt: str, n: int, k: int, block_k: int) -> None:
-    w = weight(fmt, n, k, torch.Generator().manual_seed(n + k + block_k + len(fmt)))
+@pytest.mark.parametrize("n,k,block_k,warps", [(64, 256, 256, 4), (200, 512, 128, 4),
+                                               (40, 2880, 256, 4), (16, 384, 128, 4),
+                                               (200, 512, 128, 8), (72, 2880, 128, 8)])
+def test_layout_decodes_to_the_reference(fmt: str, n: int, k: int, block_k: int,
+                                         warps: int) -> None:
+    """warps = 8: two warpgroups, [128, block_k] tiles (linear_wgmma.WgmmaConfig.warps)."""
+    w = weight(fmt, n, k, torch.Generator().manual_seed(n + k + block_k + len(fmt) + warps))
     assert f6.scale_fits(w.scales, fmt)
-    a, b, s = f6.wgmma_layout_fp6(w.data, w.scales, fmt, block_k)
-    rows, k_pad = -(-n // 64) * 64, -(-k // block_k) * block_k
+    a, b, s = f6.wgmma_layout_fp6(w.data, w.scales, fmt, block_k, warps)
+    rows, k_pad = -(-n // (16 * warps)) * 16 * warps, -(-k // block_k) * block_k
     assert (a.numel(), b.numel(), s.numel()) == (rows * k_pad // 8, rows * k_pad // 16,
                                                  rows * k_pad // 32)  # 6 bits an element
-    got = f6.wgmma_decode_fp6(a, b, s, fmt, n, k, block_k)
+    got = f6.wgmma_decode_fp6(a, b, s, fmt, n, k, block_k, warps)
     want = mx_dequantize(w, torch.float32, backend="reference")
     nan = want.isnan()
     assert torch.equal(got[:, :k].isnan(), nan)

@@ -60,19 +60,21 @@ def test_word_bits_place_every_code_bit_once() -> None:
     assert sorted(positions) == list(range(32))
 
 
-@pytest.mark.parametrize("n,k,block_k", [(64, 256, 256), (200, 512, 128), (70, 1024, 256),
-                                         (16, 384, 128), (64, 2880, 256), (40, 160, 128)])
-def test_layout_decodes_to_the_reference_at_every_code_and_scale(n: int, k: int,
-                                                                  block_k: int) -> None:
-    """K past whole tiles (gpt-oss's 2880 = 11.25 tiles of 256) is padded with +0 values."""
-    gen = torch.Generator().manual_seed(n * 7 + k + block_k)
+@pytest.mark.parametrize("n,k,block_k,warps", [
+    (64, 256, 256, 4), (200, 512, 128, 4), (70, 1024, 256, 4), (16, 384, 128, 4),
+    (64, 2880, 256, 4), (40, 160, 128, 4), (200, 512, 128, 8), (136, 2880, 128, 8)])
+def test_layout_decodes_to_the_reference_at_every_code_and_scale(n: int, k: int, block_k: int,
+                                                                  warps: int) -> None:
+    """K past whole tiles (gpt-oss's 2880 = 11.25 tiles of 256) is padded with +0 values;
+    warps = 8 is the two-warpgroup layout ([128, block_k] tiles)."""
+    gen = torch.Generator().manual_seed(n * 7 + k + block_k + warps)
     w = fp4_weight(n, k, gen)
-    words, sbytes = fw.wgmma_layout(w.data, w.scales, block_k)
-    rows = -(-n // (16 * fw.WGMMA_WARPS)) * 16 * fw.WGMMA_WARPS
+    words, sbytes = fw.wgmma_layout(w.data, w.scales, block_k, warps)
+    rows = -(-n // (16 * warps)) * 16 * warps
     k_pad = -(-k // block_k) * block_k
     assert words.dtype == torch.int32 and words.numel() == rows * k_pad // 8
     assert sbytes.dtype == torch.uint8 and sbytes.numel() == rows * k_pad // 32
-    got = fw.wgmma_decode(words, sbytes, n, k, block_k)
+    got = fw.wgmma_decode(words, sbytes, n, k, block_k, warps)
     assert same_values(got[:, :k], mx_dequantize(w, torch.float32, backend="reference"))
     assert torch.equal(got[:, k:], torch.zeros(n, k_pad - k)) and not got[:, k:].signbit().any()
 
@@ -111,7 +113,9 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=2, STAGES=3, FMT=2, K_TAIL=True),
     dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=3),
     dict(BLOCK_M=16, BLOCK_K=256, SPLIT=2, STAGES=3, GROUPED=True, HAS_BIAS=False, K_TAIL=True),
-    dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, GROUPED=True, HAS_BIAS=False, FMT=2)]
+    dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, GROUPED=True, HAS_BIAS=False, FMT=2),
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=1, STAGES=3, WARPS=8),  # two warpgroups (gated)
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=2, STAGES=3, WARPS=8, FMT=2, K_TAIL=True)]
 
 
 _COMPILE = """
@@ -199,10 +203,16 @@ def test_configs_past_the_verified_tiles_are_refused() -> None:
         lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=1)
     with pytest.raises(ValueError, match=r"max_tiles=-1 \(>= 0\)"):
         lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=2, max_tiles=-1)
+    with pytest.raises(ValueError, match=r"warps=6 is not 4 or 8"):
+        lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=2, warps=6)
     cfg = lw.WgmmaConfig(block_m=16, block_k=256, split=2, stages=4)
     bf = torch.bfloat16
     assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, cfg, m=17) == \
         "M=17 rows need one M tile (block_m=16)"
+    two = lw.WgmmaConfig(block_m=128, block_k=128, split=1, stages=3, warps=8)
+    assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, two) == (
+        "needs an NVIDIA GPU" if 8 in lw.WARPS_VERIFIED else
+        "warps=8 (two warpgroups): written, not yet verified on a GPU")
 
 
 def tile_for(m: int) -> int:
@@ -360,10 +370,12 @@ def test_a_prepared_fp6_weight_gets_the_layout_its_decoder_reads(fmt: str, layou
     w = fp6_weight(fmt, 70, 320, layout, torch.Generator().manual_seed(len(fmt + layout)))
     cached = prepare_tensors(KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None)))
     assert lw.weight_format(cached["consts"]) == fmt
-    words, sbytes, bwords = lw._layout(cached, fmt, 320, 256)
-    assert lw._layout(cached, fmt, 320, 256)[0] is words  # built once
-    got = wgmma_decode_fp6(words, bwords, sbytes, fmt, 70, 320, 256)[:, :320]
-    assert same_values(got, mx_dequantize(w, torch.float32, backend="reference"))
+    want = mx_dequantize(w, torch.float32, backend="reference")
+    for warps in (4, 8):  # one layout per warps a program, each built once
+        words, sbytes, bwords = lw._layout(cached, fmt, 320, 256, warps)
+        assert lw._layout(cached, fmt, 320, 256, warps)[0] is words
+        got = wgmma_decode_fp6(words, bwords, sbytes, fmt, 70, 320, 256, warps)[:, :320]
+        assert same_values(got, want)
 
 
 @gpu
@@ -391,3 +403,30 @@ def test_fp6_weights_match_the_reference(fmt: str, layout: str,
             for b in (None, bias):
                 out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
                 assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2"))
+def test_two_warpgroups_match_the_reference(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """warps = 8 (two warpgroups, 128 weight rows sharing each x tile): every code and scale
+    byte, N tails (200: one and a half tiles; 1000), K tails (2880), M up to 128, split-K 1 / 2,
+    bias, NaN / Inf activations, two calls bit-identical. (Run with warps 8 switched on: this
+    test is what switches it on, `WARPS_VERIFIED`.)"""
+    monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))
+    for n, k in ((200, 1024), (1000, 2880)):
+        gen = torch.Generator().manual_seed(n + k + len(fmt))
+        w = (fp4_weight(n, k, gen) if fmt == "mxfp4" else
+             fp6_weight(fmt, n, k, "packed", gen)).to("cuda")
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None))
+        bias = torch.randn(n, generator=gen).cuda()
+        for m, split in ((16, 2), (64, 1), (100, 2), (128, 1)):
+            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+            x[1, 5] = float("inf")
+            x[-1, k - 3] = float("nan")
+            cfg = lw.WgmmaConfig(block_m=tile_for(m), block_k=128, split=split, stages=3,
+                                 warps=8)
+            for b in (None, bias):
+                out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+                assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split)
+                again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+                assert torch.equal(again.view(torch.int16), out.view(torch.int16))

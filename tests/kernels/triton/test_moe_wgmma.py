@@ -95,6 +95,10 @@ def test_unavailable_says_why() -> None:
         "needs an NVIDIA GPU" if linear_wgmma.FP6_VERIFIED else
         "mxfp6_e3m2 experts: written, not yet verified on a GPU")
     assert moe_wgmma.unavailable(x, w, A_MXFP4) == "needs an NVIDIA GPU"
+    two = linear_wgmma.WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8)
+    ids = torch.zeros(3, 1, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"warps=8 configs run dense layers only"):
+        moe_wgmma.grouped_experts_wgmma(x, w, None, ids, ids.float(), torch.bfloat16, {}, two)
 
 
 # ------------------------------------------------------------------------------- GPU: the kernel
