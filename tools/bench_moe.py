@@ -1,6 +1,7 @@
 """Time the MoE grouped-experts layer (Triton vs reference) against a bf16 baseline on a GPU.
 
     python tools/bench_moe.py [--experts 8] [--top-k 2] [--n 2048] [--k 2048] [--t 1,16,256,2048]
+    python tools/bench_moe.py --t 2048 --wgmma 128:128:1:3:8,64:128:2:3:8  # forced wgmma configs
 
 Why: `MXGroupedExperts` is the MoE path of issue 6; this gives its figures beside the same
 computation in bf16 (routing from the same logits, then torch._grouped_mm, or one bf16
@@ -12,6 +13,7 @@ side without it. Each backend's output is checked against the reference first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -23,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
 from registry.machine.timing import graph_ms, median_ms  # noqa: E402
+from kernels.triton import linear_wgmma, moe_wgmma  # noqa: E402
+from kernels.triton.linear_wgmma import WgmmaConfig  # noqa: E402
 
 
 def bf16_moe(x, w, ids, weights):
@@ -49,6 +53,21 @@ def bf16_moe(x, w, ids, weights):
     return out.to(x.dtype)
 
 
+@contextlib.contextmanager
+def forced_config(cfg):
+    """The MoE wgmma path with `cfg` in place of its table row (and its gates open), or as is."""
+    if cfg is None:
+        yield
+        return
+    saved = moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED
+    moe_wgmma.config_for = lambda *a, **kw: cfg
+    linear_wgmma.WARPS_VERIFIED = (4, 8)
+    try:
+        yield
+    finally:
+        moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED = saved
+
+
 def timed(fn, dev) -> tuple[float, str]:
     try:
         return graph_ms(fn, dev) * 1e3, "graph"
@@ -67,8 +86,14 @@ def main() -> None:
     ap.add_argument("--schemes", default="w_mxfp4,w_mxfp4_a_mxfp4,w_mxfp6_e3m2_a_mxfp6_e3m2")
     ap.add_argument("--backends", default="triton,reference",
                     help="backends timed (each checked against the reference first)")
+    ap.add_argument("--wgmma", default="",
+                    help="also time the triton backend with each of these wgmma configs forced, "
+                    "block_m:block_k:split:stages:warps (gated ones too: every row is checked "
+                    "against the reference)")
     args = ap.parse_args()
     dev = "cuda"
+    forced = [WgmmaConfig(*map(int, c.split(":")[:4]), warps=int(c.split(":")[4]))
+              for c in args.wgmma.split(",") if c]
     g = torch.Generator(device=dev).manual_seed(0)
     w = torch.randn(args.experts, args.n, args.k, device=dev, generator=g,
                     dtype=torch.bfloat16) * 0.05
@@ -89,11 +114,14 @@ def main() -> None:
             base, how_b = timed(lambda: bf16_moe(x, w, *route(logits, args.top_k)), dev)
             dense = bf16_moe(x, w, ids, rw).float()  # the baseline computes the same thing
             berr = float((dense - ref).norm() / ref.norm())
-            for b in backends:
-                out = layer[b](x, logits, args.top_k).float()
-                err = float((out - ref).norm() / ref.norm())
-                us, how = timed(lambda: layer[b](x, logits, args.top_k), dev)
-                print(f"| {name} | {t} | {b} | {us:.1f} | {how} | {base:.1f} ({how_b}) | "
+            for b, cfg in [(b, None) for b in backends] + [("triton", c) for c in forced]:
+                with forced_config(cfg):
+                    out = layer[b](x, logits, args.top_k).float()
+                    err = float((out - ref).norm() / ref.norm())
+                    us, how = timed(lambda: layer[b](x, logits, args.top_k), dev)
+                label = b if cfg is None else f"{b} wgmma {cfg.block_m}x{cfg.block_k} " \
+                    f"s{cfg.split} st{cfg.stages} w{cfg.warps}"
+                print(f"| {name} | {t} | {label} | {us:.1f} | {how} | {base:.1f} ({how_b}) | "
                       f"{base / us:.2f} | {err:.1e} | {berr:.1e} |", flush=True)
 
 

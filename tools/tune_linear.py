@@ -15,6 +15,7 @@ bf16 F.linear on the same shape in the same run. Prints one line per variant.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -31,9 +32,10 @@ from kernels.triton.linear_decode import DecodeConfig  # noqa: E402
 from kernels.triton.linear_emulation import fused_linear  # noqa: E402
 from kernels.triton.linear_fp8_mma import MMAConfig, fp8_mma_linear  # noqa: E402
 from kernels.triton.linear_mma import MmaConfig  # noqa: E402
-from kernels.triton import linear_wgmma  # noqa: E402
+from kernels.triton import linear_wgmma, wgmma_tiles  # noqa: E402
 from kernels.triton.linear_wgmma import BLOCK_M_VERIFIED, WgmmaConfig  # noqa: E402
-from registry.machine.timing import _copies_needed, copy_bandwidth, graph_ms  # noqa: E402
+from registry.machine.timing import (  # noqa: E402
+    _copies_needed, copy_bandwidth, graph_ms, median_ms)
 
 SHAPES = [(8192, 8192), (28672, 8192), (8192, 28672)]
 MS = [1, 16, 32, 64, 128, 1024, 4096]
@@ -77,12 +79,18 @@ class Case:
         return F.linear(xq.float(), self.w32)
 
 
-def time_variant(case: Case, x: torch.Tensor, call, want: torch.Tensor, dev: str) -> dict:
+def time_variant(case: Case, x: torch.Tensor, call, want: torch.Tensor, dev: str,
+                 eager: bool = False) -> dict:
+    """Graph time (the kernels' own); with `eager`, also one eager call's (host included, L2
+    flushed: registry bench's rule)."""
     try:
         out = call(x, case.copies[0])
         err = rel(out.float(), want)
         ms = graph_ms(lambda: [call(x, p) for p in case.copies], dev) / len(case.copies)
-        return {"err": err, "us": ms * 1e3}
+        res = {"err": err, "us": ms * 1e3}
+        if eager:
+            res["eager_us"] = median_ms(lambda: call(x, case.copies[0]), dev) * 1e3
+        return res
     except Exception as e:  # noqa: BLE001 — a failed variant is reported, the sweep goes on
         return {"err": None, "us": None, "error": f"{type(e).__name__}: {str(e)[:200]}"}
 
@@ -143,7 +151,8 @@ def wgmma_configs(m: int, quick: bool) -> list[WgmmaConfig]:
 
 
 def wgmma_name(c: WgmmaConfig) -> str:
-    return f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
+    return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
+            f"{' fused-act' if c.fuse_act else ''}")
 
 
 def main() -> None:
@@ -151,6 +160,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
     ap.add_argument("--parts", default="wgmma,mma,decode,large,dot,fp8,others")
+    ap.add_argument("--eager", action="store_true",
+                    help="also time each variant eager (host time included)")
     ap.add_argument("--ms", help="comma-separated M values of the main sweep (default: "
                     + ",".join(map(str, MS)) + ")")
     ap.add_argument("--weights", default="mxfp4,mxfp4:mxfp4,mxfp8_e4m3:mxfp8_e4m3",
@@ -161,6 +172,7 @@ def main() -> None:
     # every variant is checked against the reference here (err column): configs still gated
     # (two warpgroups) are swept too, so that the table's rows are measured choices
     linear_wgmma.WARPS_VERIFIED = (4, 8)
+    wgmma_tiles.ACT_VERIFIED = True
     rows: list[dict] = []
     t0 = time.time()
     print(f"{torch.cuda.get_device_name()} copy {copy_bandwidth(dev):.3f} TB/s", flush=True)
@@ -172,9 +184,11 @@ def main() -> None:
                    ratio=(base / us if us else None), tb_s=tbs, **res)
         rows.append(row)
         err = "-" if res.get("err") is None else f"{res['err']:.1e}"
+        eager = f"eager {res['eager_us']:.1f} us " if "eager_us" in res else ""
         print(f"[{time.time() - t0:6.0f}s] {case.name:28s} {case.n}x{case.k} M={m:<5d} "
               f"{variant:34s} {us or float('nan'):9.1f} us  bf16 {base:8.1f}  "
               f"x{(base / us) if us else float('nan'):5.2f}  {tbs or 0:5.2f} TB/s err {err} "
+              f"{eager}"
               f"{res.get('error', '')}", flush=True)
 
     shapes = SHAPES[:1] if args.quick else SHAPES
@@ -196,9 +210,12 @@ def main() -> None:
                     variants += [(config_name(c), lambda x, p, c=c: fused_linear(
                                       x, p, strategy="decode", config=c)) for c in cfgs]
                 if m <= 128 and "wgmma" in parts and w in linear_wgmma.FORMATS:
+                    cfgs = wgmma_configs(m, args.quick)
+                    if a is not None and m <= 16:  # W*A*: the QDQ in the kernel too
+                        cfgs += [dataclasses.replace(c, fuse_act=True) for c in cfgs]
                     variants += [(wgmma_name(c), lambda x, p, c=c: fused_linear(x, p, strategy="wgmma",
                                                                  config=c))
-                                 for c in wgmma_configs(m, args.quick)]
+                                 for c in cfgs]
                 if m <= 128 and "mma" in parts:
                     variants += [(mma_name(c), lambda x, p, c=c: fused_linear(
                         x, p, strategy="mma", config=c)) for c in mma_configs(m, args.quick)]
@@ -221,7 +238,8 @@ def main() -> None:
                                       f"st{c.stages}", lambda x, p, c=c: fp8_mma_linear(
                                           x, p, config=c))]
                 for name, call in variants:
-                    emit(case, m, name, time_variant(case, x, call, want, dev), base[m])
+                    emit(case, m, name, time_variant(case, x, call, want, dev, args.eager),
+                         base[m])
             del case
             torch.cuda.empty_cache()
     if "decode2" in parts:  # second round: split fp4 layout, 2-D accumulator, M up to 64

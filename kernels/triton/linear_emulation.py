@@ -34,6 +34,7 @@ from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
 from kernels.triton import (fit, launcher, linear_configs, linear_decode, linear_gemv,
                             linear_mma, linear_wgmma, mx_quant)
+from kernels.triton.wgmma_tiles import act_facts
 from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.triton.linear_tiles import (  # noqa: F401  (ACT_* / DOT_*: part of this module's API)
@@ -147,11 +148,11 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
         rows = linear_configs.m_bucket(m)
         why = ("Gluon kernels do not run under TRITON_INTERPRET" if _INTERPRETED else
                linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg, rows))
-        wgmma = None if why else linear_wgmma.wgmma_plan(cached, n, k, rows, bias is not None,
-                                                         cfg)
-        if wgmma is not None:
-            return _Plan(strategy, cfg, None, _act_qdq(prepared, consts, x, k, m), True,
-                         wgmma=wgmma)
+        wgmma = None if why else linear_wgmma.wgmma_plan(
+            cached, n, k, rows, bias is not None, cfg, act_facts(prepared.contract.activation))
+        if wgmma is not None:  # the activation QDQ in the kernel (fuse_act) or launched first
+            return _Plan(strategy, cfg, None, None if wgmma.act else
+                         _act_qdq(prepared, consts, x, k, m), True, wgmma=wgmma)
         if asked:
             raise ValueError(f"{_NAME}: strategy 'wgmma' cannot run this call: "
                              f"{why or 'a finite weight scale byte is past 128'}; leave the "

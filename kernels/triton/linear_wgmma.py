@@ -53,51 +53,8 @@ from kernels.triton.launcher import aligned
 from kernels.triton.linear_decode import fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.wgmma_decode import along, decode_fp4, decode_fp6, x_copy_layout
-
-# triton 3.6 (the H200) names it async_copy_global_to_shared; 3.9 (CPU CI) async_load
-_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # (3.9: barrier)
-
-
-@gluon.jit
-def _store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
-               HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr):
-    """Dense: acc (+ bias) as bf16 to out[row0 + col, orow]. Grouped (MoE): acc * the row's
-    routing weight, fp32, to out[dest[row0 + col], orow] (each row written by one program)."""
-    omask = (orow < N)[:, None] & (cols < rows_left)[None, :]
-    if GROUPED:
-        dest = gl.load(dest_ptr + row0 + cols, mask=cols < rows_left, other=0)
-        rw = gl.load(rw_ptr + row0 + cols, mask=cols < rows_left, other=0.0)
-        gl.store(out_ptr + dest.to(gl.int64)[None, :] * stride_o + orow[:, None],
-                 acc * rw[None, :], mask=omask)
-    else:
-        if HAS_BIAS:
-            acc = acc + gl.load(bias_ptr + orow, mask=orow < N, other=0.0)[:, None]
-        gl.store(out_ptr + (row0 + cols).to(gl.int64)[None, :] * stride_o + orow[:, None],
-                 acc.to(gl.bfloat16), mask=omask)
-
-
-@gluon.jit
-def _x_mask(xmask, xc, t, K, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr):
-    """The x tile t's copy mask: rows in range, and (K_TAIL: K is not whole tiles) columns < K
-    (the rest is zero-filled, against the layout's zero padding)."""
-    if K_TAIL:
-        xmask = xmask & ((xc + t * BLOCK_K) < K)[None, :]
-    return xmask
-
-
-@gluon.jit
-def _copy_tile(w_buf, b_buf, s_buf, x_buf, w_src, b_src, s_src, x_src, x_mask,
-               FMT: gl.constexpr):
-    """One K tile's cp.async copies into a ring slot (words, mxfp6 B words, scale bytes, the x
-    tile), committed as one group."""
-    _async_load(w_buf, w_src)
-    if FMT:
-        _async_load(b_buf, b_src)
-    _async_load(s_buf, s_src)
-    _async_load(x_buf, x_src, mask=x_mask)
-    async_copy.commit_group()
-
+from kernels.triton import wgmma_tiles
+from kernels.triton.wgmma_tiles import copy_tile, cta_barrier, qdq_x_tile, store_out, x_mask
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
 def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
@@ -105,13 +62,15 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          stride_o, stride_we, stride_se,
                          HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
-                         K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr):
+                         K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
+                         ACT: gl.constexpr):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
     expert order, w / s every expert's layout (strides stride_we / stride_se).
     FMT 0: mxfp4 words (w); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits and b_ptr their
-    low bits (fp6_words)."""
+    low bits (fp6_words). ACT: () or an activation's QDQ facts (wgmma_tiles.act_facts): the x
+    tile's QDQ in the kernel, into a buffer of its own, before the wgmma reads it."""
     BLOCK_N: gl.constexpr = 16 * WARPS
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
     TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
@@ -176,28 +135,37 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                                        [1, 1, 1, 1, 1, 1, 2], WS)
     for s in gl.static_range(D):
         t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
-        _copy_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), x_smem.index(s),
-                   wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs + t * BLOCK_K,
-                   _x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL), FMT)
+        copy_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), x_smem.index(s),
+                  wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs + t * BLOCK_K,
+                  x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL), FMT)
+    if len(ACT) > 0:
+        xq_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_K], XS)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
     for kk in range(k_lo, k_hi):
         i = kk - k_lo
         async_copy.wait_group(D - 1)  # tile kk has landed (this thread's copies)
         fence_async_shared()  # ... and is visible to wgmma's async proxy
-        _cta_barrier()  # every thread's; and every warp is past wgmma kk - 1
+        cta_barrier()  # every thread's; and every warp is past wgmma kk - 1 (frees xq_smem)
         t = gl.minimum(kk + D, k_hi - 1)
         nxt = (i + D) % STAGES
-        _copy_tile(w_smem.index(nxt), b_smem.index(nxt), s_smem.index(nxt), x_smem.index(nxt),
-                   wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs + t * BLOCK_K,
-                   _x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL), FMT)
+        copy_tile(w_smem.index(nxt), b_smem.index(nxt), s_smem.index(nxt), x_smem.index(nxt),
+                  wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs + t * BLOCK_K,
+                  x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL), FMT)
         cur = i % STAGES
+        xb = x_smem.index(cur)
+        if len(ACT) > 0:  # W*A*: QDQ the x tile here instead of in a launch of its own
+            qdq_x_tile(xb, xq_smem, BLOCK_M, BLOCK_K, WARPS, ACT)
+            fence_async_shared()
+            xb = xq_smem
         if FMT:
             a = decode_fp6(w_smem.index(cur).load(WL), b_smem.index(cur).load(BL),
                            s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A, WL, FMT)
         else:
             a = decode_fp4(w_smem.index(cur).load(WL), s_smem.index(cur).load(SL), BLOCK_N,
                            BLOCK_K, A)
-        acc = warpgroup_mma(a, x_smem.index(cur).permute((1, 0)), acc, is_async=True)
+        if len(ACT) > 0:
+            cta_barrier()  # every warp's QDQ stores are in before the wgmma reads them
+        acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
         # Retired at once: wgmma reads its A registers while in flight and ptxas (CUDA 12.8 /
         # 13.0) does not keep them from being reused across the loop's back edge (the SASS of
         # a wait(1) version writes them at the loop's top; H200: wrong sums at block_m 64 / 128
@@ -212,17 +180,17 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         tile_elems = gl.num_programs(1) * gl.num_programs(0) * (BLOCK_N * BLOCK_M)
         local = part_ptr + tile * (BLOCK_N * BLOCK_M) + rows[:, None] * BLOCK_M + cols[None, :]
         gl.store(local + pid_s * tile_elems, acc)
-        _cta_barrier()
+        cta_barrier()
         done = gl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if done == SPLIT - 1:
             acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
             for s in gl.static_range(SPLIT):  # slice order: deterministic
                 acc += gl.load(local + s * tile_elems, cache_modifier=".cg")
-            _store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr,
+            store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr,
                        dest_ptr, rw_ptr, HAS_BIAS, GROUPED)
             gl.atomic_xchg(lock_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next
     else:
-        _store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr,
+        store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr,
                    rw_ptr, HAS_BIAS, GROUPED)
 
 
@@ -251,6 +219,7 @@ class WgmmaConfig:
     stages: int  # shared-memory buffers (>= 2): stages - 1 K tiles in flight
     max_tiles: int = 0  # split-K only while output tiles <= this (0: always); data, not a rule
     warps: int = WGMMA_WARPS  # 4 or 8: 16 weight rows a warp (WARPS_VERIFIED)
+    fuse_act: bool = False  # W*A* with a dynamic MX key: the x tile's QDQ in the kernel
 
     def __post_init__(self) -> None:
         if self.block_m not in BLOCK_M_VERIFIED:
@@ -280,6 +249,7 @@ class WgmmaPlan:
     key: int
     bwords: Optional[Tensor] = None  # mxfp6: the codes' low bits (fp6_words)
     fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2
+    act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
 
 
 FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2")  # by the kernel's FMT
@@ -303,6 +273,8 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
         return f"M={m} rows need one M tile (block_m={cfg.block_m})"
     if cfg.warps not in WARPS_VERIFIED:
         return f"warps={cfg.warps} (two warpgroups): written, not yet verified on a GPU"
+    if cfg.fuse_act and consts.get("ACT_MODE") and not wgmma_tiles.ACT_VERIFIED:
+        return "fuse_act (the activation QDQ in the kernel): written, not yet verified on a GPU"
     fmt = weight_format(consts)
     if fmt is None:
         return "packed mxfp4 or mxfp6 weights only"
@@ -323,10 +295,11 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
 
 
 def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
-               cfg: WgmmaConfig) -> Optional[WgmmaPlan]:
+               cfg: WgmmaConfig, act: tuple = ()) -> Optional[WgmmaPlan]:
     """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where a finite
     scale byte is past the layout's range (mxfp4: 128, `fp4_scale_fits`; mxfp6: `scale_fits`;
-    checked once per weight, a device sync)."""
+    checked once per weight, a device sync). `act`: the activation QDQ the kernel runs (with
+    `cfg.fuse_act`: wgmma_tiles.act_facts of the contract's key; () otherwise)."""
     fmt = weight_format(cached["consts"])
     layout = _layout(cached, fmt, k, cfg.block_k, cfg.warps)
     if layout is None:
@@ -338,9 +311,10 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
     words, sbytes, bwords = layout
-    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt))
+    act = act if cfg.fuse_act else ()
+    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act))
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
-                     FORMATS.index(fmt))
+                     FORMATS.index(fmt), act)
 
 
 def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optional[tuple]:
@@ -391,7 +365,7 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
                      plan.sbytes, b, out, part, lock, lock, lock, b, m, plan.n, plan.k,
                      plan.per_split, 1, x2d.stride(0), out.stride(0), 0, 0, bias is not None,
                      plan.split, cfg.block_m, cfg.block_k, cfg.stages, cfg.warps,
-                     plan.k % cfg.block_k != 0, False, plan.fmt),
+                     plan.k % cfg.block_k != 0, False, plan.fmt, plan.act),
                     num_warps=cfg.warps, num_stages=1)
 
 

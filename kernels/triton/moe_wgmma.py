@@ -1,6 +1,8 @@
 """MoE experts on sm_90 through the Gluon wgmma kernel (linear_wgmma's kernel, GROUPED).
 
-Packed mxfp4 experts, and mxfp6 ones (fp6_words' layout) once `linear_wgmma.FP6_VERIFIED`.
+Packed mxfp4 experts, and mxfp6 ones (fp6_words' layout) once `linear_wgmma.FP6_VERIFIED`;
+one warpgroup a program (64 weight rows), or two (`WgmmaConfig.warps = 8`, 128 rows: the
+experts' layout is then padded to 128-row tiles) once `linear_wgmma.WARPS_VERIFIED` holds 8.
 
 Why: the grouped Triton kernel (moe_grouped.py) decodes every weight element with the generic
 exact decode and stages it through shared memory, while the experts hold most of an MoE model's
@@ -72,23 +74,24 @@ def config_for(rows: int, num_experts: int, fmt: str = "mxfp4") -> WgmmaConfig:
                                      False)
 
 
-def expert_layout(weight: MXTensor, block_k: int) -> tuple[Tensor, Tensor, Tensor, int, int]:
+def expert_layout(weight: MXTensor, block_k: int, warps: int = WGMMA_WARPS
+                  ) -> tuple[Tensor, Tensor, Tensor, int, int]:
     """Every expert's wgmma layout in one buffer: (words, scale bytes, mxfp6 B words (else the
-    words again), words an expert, scale bytes an expert). N is padded to whole 64-row tiles
-    per expert (zero codes); an expert's B words are half its words."""
+    words again), words an expert, scale bytes an expert). N is padded to whole tiles of
+    16 * warps rows per expert (zero codes); an expert's B words are half its words."""
     e, n, k = weight.shape
-    rows = 16 * WGMMA_WARPS
+    rows = 16 * warps
     pad = -n % rows
     scales = torch.nn.functional.pad(weight.scales, (0, 0, 0, pad)).reshape(e * (n + pad), -1)
     if weight.fmt == "mxfp4":
         data = torch.nn.functional.pad(weight.data, (0, 0, 0, pad))
-        words, sbytes = wgmma_layout(data.reshape(e * (n + pad), -1), scales, block_k)
+        words, sbytes = wgmma_layout(data.reshape(e * (n + pad), -1), scales, block_k, warps)
         bwords = words
     else:
         codes = unpack_codes(weight.data.reshape(e * n, -1), get_format(weight.fmt),
                              weight.layout, k).reshape(e, n, k)
         codes = torch.nn.functional.pad(codes, (0, 0, 0, pad)).reshape(e * (n + pad), k)
-        words, bwords, sbytes = wgmma_layout_fp6(codes, scales, weight.fmt, block_k)
+        words, bwords, sbytes = wgmma_layout_fp6(codes, scales, weight.fmt, block_k, warps)
     return words, sbytes, bwords, words.numel() // e, sbytes.numel() // e
 
 
@@ -103,9 +106,9 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
     cfg = cfg or config_for(rows, num_experts, weight.fmt)
-    if cfg.warps != WGMMA_WARPS:
-        raise ValueError(f"moe_wgmma: warps={cfg.warps} configs run dense layers only (the "
-                         f"experts' layout is {16 * WGMMA_WARPS} rows a tile)")
+    if cfg.warps not in linear_wgmma.WARPS_VERIFIED:
+        raise ValueError(f"moe_wgmma: warps={cfg.warps} (two warpgroups): written, not yet "
+                         "verified on a GPU; use a config of linear_wgmma.WARPS_VERIFIED warps")
     ok = cached.get("wgmma_scale_fits")
     if ok is None:  # once per weight (a device sync)
         ok = cached.setdefault("wgmma_scale_fits", fast_fp4_scale(weight.scales)
@@ -114,23 +117,25 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
         raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "
                          "range (mxfp4 / e2m3: 128, e3m2: 130): no real weight has one; the "
                          "grouped Triton kernel runs such weights")
-    layout = cached.get(("wgmma_moe", cfg.block_k))
+    lkey = ("wgmma_moe", cfg.block_k, cfg.warps)
+    layout = cached.get(lkey)
     if layout is None:
-        layout = cached.setdefault(("wgmma_moe", cfg.block_k), expert_layout(weight, cfg.block_k))
+        layout = cached.setdefault(lkey, expert_layout(weight, cfg.block_k, cfg.warps))
     words, sbytes, bwords, stride_we, stride_se = layout
-    if activation is not None:  # row-wise QDQ: the same bits before or after the gather
+    if activation is not None:  # row-wise QDQ: the same bits before or after the gather (once
+        # for the T token rows: a config's fuse_act is for dense layers)
         x = mx_quant.QdqPlan(activation.format, activation.scale.rounding, x.dtype, k)(x)
     src, rw_sorted, dest, slots, grp = sort_rows(topk_ids, topk_weights, num_experts,
                                                  cfg.block_m)
     x_sorted = x.index_select(0, src)
-    grid_n = -(-n // (16 * WGMMA_WARPS))
+    grid_n = -(-n // (16 * cfg.warps))
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
     if split > 1 and grid_n * slots > _LOCK_TILES:
         split, per_split = 1, ktiles
     x_sorted = copyable_rows(x_sorted)
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
-    part, lock = workspace(split * grid_n * slots * 16 * WGMMA_WARPS * cfg.block_m
+    part, lock = workspace(split * grid_n * slots * 16 * cfg.warps * cfg.block_m
                            if split > 1 else 1, x.device)
     key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k, weight.fmt)),
            launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
@@ -139,8 +144,8 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
                      rw_sorted,
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
-                     WGMMA_WARPS, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt)),
-                    num_warps=WGMMA_WARPS, num_stages=1)
+                     cfg.warps, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt), ()),
+                    num_warps=cfg.warps, num_stages=1)
     return combine(weighted.view(tokens, top_k, n), out_dtype)
 
 

@@ -67,8 +67,9 @@ def _format_facts(fmt: ElemFormat) -> tuple[tuple[str, object], ...]:
 
 @triton.jit
 def nan_like(t):
-    """fp32 quiet NaN (0x7FC00000) in the shape of the int32 tensor `t`."""
-    return (tl.zeros_like(t) + 0x7FC00000).to(tl.float32, bitcast=True)
+    """fp32 quiet NaN (0x7FC00000) in the shape (and layout) of the int32 tensor `t`: bit
+    operations on `t` rather than a new tensor, so Gluon kernels can call it too."""
+    return ((t & 0) | 0x7FC00000).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -270,20 +271,51 @@ def tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
                 ROUNDING: tl.constexpr):
     """Load a tile; return (x * 2**-E as [BLOCK_R, NB, 32] fp32, E [BLOCK_R, NB], non-finite
     block flags [BLOCK_R, NB], row indices)."""
+    x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
+    v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    return v, e, bad, rows
+
+
+@triton.jit
+def tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
+                 BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr):
+    """A [BLOCK_R, BLOCK_K] tile as fp32 [BLOCK_R, NB, 32] blocks (0 past R / K), row indices."""
     NB: tl.constexpr = BLOCK_K // 32
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows < R)[:, None] & (cols < K)[None, :]
     ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :]
-    x = tl.reshape(load_fp32(ptrs, mask, IN_KIND), [BLOCK_R, NB, 32])
+    return tl.reshape(load_fp32(ptrs, mask, IN_KIND), [BLOCK_R, NB, 32]), rows
+
+
+@triton.jit
+def blocks_scaled(x, MBITS: tl.constexpr, EMAX: tl.constexpr, MAXN_MANT: tl.constexpr,
+                  MAXN_SUB: tl.constexpr, ROUNDING: tl.constexpr):
+    """fp32 blocks [R, NB, 32] -> (x * 2**-E, E [R, NB], non-finite block flags [R, NB]).
+    Elementwise steps and one reduction only: Gluon kernels call it too (any layout)."""
     # max |x| as bits: the sign shifted out, an unsigned max (NaN bits sort above Inf's)
     twice = (x.to(tl.int32, bitcast=True) << 1).to(tl.uint32, bitcast=True)
     amax_bits = (tl.max(twice, axis=2) >> 1).to(tl.int32, bitcast=True)
     bad = amax_bits >= 0x7F800000  # a NaN or an Inf in the block
     e = _shared_exponent(amax_bits, EMAX, MBITS, MAXN_MANT, MAXN_SUB, ROUNDING)
     e = tl.where(bad, 0, e)  # keeps NaN / Inf blocks' (discarded) arithmetic overflow-free
-    v = x * pow2(-e)[:, :, None]
-    return v, e, bad, rows
+    return x * pow2(-e)[:, :, None], e, bad
+
+
+@triton.jit
+def qdq_blocks(x, IN_KIND: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+               EMAX: tl.constexpr, MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr,
+               MAXN_SUB: tl.constexpr, IS_INT: tl.constexpr, ROUNDING: tl.constexpr):
+    """The dynamic MX QDQ of fp32 blocks [R, NB, 32] (x's dtype IN_KIND): each block scaled,
+    rounded to the element grid, scaled back; NaN / Inf blocks -> NaN; saturated to the
+    dtype's range (a rounded-up scale may pass it: no Inf from finite input). The one copy of
+    these steps: mx_quant's QDQ kernel, the fused linear kernels' activation tiles and the
+    Gluon wgmma kernel's fused activation QDQ all call it."""
+    v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    # rceil scales keep |v| <= max normal: no clamp needed
+    val = round_value(v, MBITS, BIAS, MAX_NORMAL, IS_INT, SATURATE=ROUNDING != 2)
+    val = val * tl.where(bad, nan_like(e), pow2(e))[:, :, None]
+    return saturate(val, IN_KIND)
 
 
 @triton.jit
@@ -331,13 +363,10 @@ def act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND: tl.constexpr,
     """The activation tile [BLOCK_M, BLOCK_K] after the contract's QDQ, as fp32 values that
     x's dtype holds exactly (the dispatcher's output, bit for bit). Masked-off entries are 0."""
     if ACT_MODE == 1:  # dynamic MX: the same steps as mx_quant's fused QDQ kernel
-        v, e, bad, rows = tile_scaled(x_ptr, stride_x, M, K, pid_m, kk, BLOCK_M, BLOCK_K,
-                                      IN_KIND, A_MBITS, A_EMAX, A_MAXN_MANT, A_MAXN_SUB,
-                                      A_ROUNDING)
-        # rceil scales keep |v| <= max normal: no clamp needed (as mx_quant's QDQ kernel)
-        val = round_value(v, A_MBITS, A_BIAS, A_MAX_NORMAL, A_IS_INT, SATURATE=A_ROUNDING != 2)
-        val = val * tl.where(bad, nan_like(e), pow2(e))[:, :, None]  # NaN / Inf blocks: NaN
-        x = tl.reshape(val, [BLOCK_M, BLOCK_K])
+        x, rows = tile_blocks(x_ptr, stride_x, M, K, pid_m, kk, BLOCK_M, BLOCK_K, IN_KIND)
+        x = tl.reshape(qdq_blocks(x, IN_KIND, A_MBITS, A_BIAS, A_EMAX, A_MAX_NORMAL,
+                                  A_MAXN_MANT, A_MAXN_SUB, A_IS_INT, A_ROUNDING),
+                       [BLOCK_M, BLOCK_K])
     else:
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = kk * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -350,9 +379,9 @@ def act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND: tl.constexpr,
             # round_value saturates at +-448 (Inf too) and rounds to the E4M3 grid; a NaN
             # must stay NaN (the min inside it would drop it on a GPU).
             q = round_value(y, A_MBITS, A_BIAS, A_MAX_NORMAL, A_IS_INT)
-            x = tl.where(x != x, x, q * s)
-    if ACT_MODE != 0:  # the QDQ result is saturated and cast to x's dtype (RNE), as the
-        x = saturate(x, IN_KIND)  # dispatcher does: a finite input never becomes Inf
+            # saturated to x's dtype as the dispatcher does: a finite input never becomes Inf
+            x = saturate(tl.where(x != x, x, q * s), IN_KIND)
+    if ACT_MODE != 0:  # the QDQ result (saturated) cast to x's dtype (RNE)
         if IN_KIND == 1:  # HW_CAST: the GPU's RNE convert; the interpreter's cast truncates
             if HW_CAST:
                 x = x.to(tl.bfloat16).to(tl.float32)

@@ -25,8 +25,8 @@ from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_roundin
 from kernels.spec.formats import resolve_layout
 from kernels.triton import launcher
 from kernels.triton.mx_codec import (
-    KIND_OF_DTYPE, ROUNDING_CODE, decode, e8m0_value, encode, format_constexprs, load_codes,
-    nan_like, pow2, round_value, saturate, scaled_saturated, store_fp32, tile_scaled,
+    KIND_OF_DTYPE, ROUNDING_CODE, tile_blocks, decode, e8m0_value, encode, format_constexprs,
+    load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_scaled,
 )
 
 _WHERE = "kernels.triton.mx_quant"
@@ -158,11 +158,9 @@ def _qdq_kernel(x_ptr, out_ptr, R, K, stride_x, stride_o, IN_KIND: tl.constexpr,
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
-    v, e, bad, rows = tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
-                                  IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-    val = round_value(v, MBITS, BIAS, MAX_NORMAL, IS_INT, SATURATE=ROUNDING != 2)
-    val = val * tl.where(bad, nan_like(e), pow2(e))[:, :, None]  # NaN / Inf blocks -> NaN
-    val = saturate(val, IN_KIND)  # a rounded-up scale may pass the dtype's max: no Inf
+    x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
+    val = qdq_blocks(x, IN_KIND, MBITS, BIAS, EMAX, MAX_NORMAL, MAXN_MANT, MAXN_SUB, IS_INT,
+                     ROUNDING)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
                tl.reshape(val, [BLOCK_R, BLOCK_K]), (rows < R)[:, None] & (cols < K)[None, :],

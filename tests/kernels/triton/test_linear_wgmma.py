@@ -23,6 +23,8 @@ from kernels.triton import linear_configs
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
 from kernels.triton.linear_emulation import fused_linear
+from kernels.triton import wgmma_tiles
+from kernels.triton.wgmma_tiles import act_facts
 
 KERNEL = load_kernel("triton-emulation")
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -107,6 +109,24 @@ def test_unavailable_says_why() -> None:
     assert lw.unavailable(cpu, FP4, 512, bf, bf, cfg) == "needs an NVIDIA GPU"
 
 
+def test_act_facts_are_the_qdq_kernels_constants() -> None:
+    """The kernel's ACT tuple is read from the same format facts and rounding codes as
+    mx_quant's QDQ kernel (so the fused QDQ runs mx_codec.qdq_blocks with the same constants);
+    keys the fused path does not take give ()."""
+    from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY, MX_DYNAMIC_KEYS
+    from kernels.triton.mx_codec import ROUNDING_CODE, format_constexprs
+    from kernels.spec.formats import get_format
+
+    assert len(MX_DYNAMIC_KEYS) >= 18
+    for akey in MX_DYNAMIC_KEYS:
+        f = format_constexprs(get_format(akey.format))
+        assert act_facts(akey) == (f["MBITS"], f["BIAS"], f["EMAX"], f["MAX_NORMAL"],
+                                   f["MAXN_MANT"], f["MAXN_SUB"], f["IS_INT"],
+                                   ROUNDING_CODE[akey.scale.rounding]), akey
+    assert act_facts(None) == () and act_facts(FP8_STATIC_TENSOR_KEY) == ()
+    assert act_facts(key("mxfp4", static=True)) == ()  # not a dynamic key
+
+
 COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split-K on / off
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3),
     dict(BLOCK_M=16, BLOCK_K=128, SPLIT=1, STAGES=4, FMT=1),
@@ -115,7 +135,12 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=16, BLOCK_K=256, SPLIT=2, STAGES=3, GROUPED=True, HAS_BIAS=False, K_TAIL=True),
     dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, GROUPED=True, HAS_BIAS=False, FMT=2),
     dict(BLOCK_M=128, BLOCK_K=128, SPLIT=1, STAGES=3, WARPS=8),  # two warpgroups (gated)
-    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=2, STAGES=3, WARPS=8, FMT=2, K_TAIL=True)]
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=2, STAGES=3, WARPS=8, FMT=2, K_TAIL=True),
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=3, WARPS=8, GROUPED=True, HAS_BIAS=False),
+    # W*A*: the activation QDQ in the kernel (fuse_act, gated): three formats, every rounding
+    dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, ACT="mxfp4:even"),
+    dict(BLOCK_M=16, BLOCK_K=128, SPLIT=1, STAGES=4, FMT=2, ACT="mxint8:rceil"),
+    dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, K_TAIL=True, ACT="mxfp8_e4m3:floor")]
 
 
 _COMPILE = """
@@ -126,6 +151,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from kernels.triton import linear_wgmma as lw
 kern = lw._wgmma_linear_kernel
 consts = json.loads(sys.argv[1])
+consts["ACT"] = tuple(consts["ACT"])
 ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "b_ptr": "*i32", "s_ptr": "*u8", "bias_ptr": "*fp32",
         "out_ptr": "*fp32" if consts["GROUPED"] else "*bf16", "part_ptr": "*fp32",
         "lock_ptr": "*i32", "grp_ptr": "*i32", "dest_ptr": "*i32", "rw_ptr": "*fp32"}
@@ -136,7 +162,8 @@ attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in pt
 ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                      options=dict(num_warps=consts["WARPS"])).asm["ptx"]
 print(json.dumps({p: len(re.findall(p, ptx)) for p in (r"wgmma\\.mma_async", r"st\\.shared",
-                                                        r"wgmma\\.wait_group\\.sync\\.aligned 0")}))
+                                                        r"wgmma\\.wait_group\\.sync\\.aligned 0",
+                                                        r"shfl\\.sync", r"cvt\\.rn\\.bf16")}))
 """
 
 
@@ -157,6 +184,9 @@ def test_the_kernel_compiles_for_sm90_without_a_shared_round_trip(case: dict) ->
 
     consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0),
               **case}
+    fmt, _, rounding = case.get("ACT", "").partition(":")
+    consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
+    assert bool(consts["ACT"]) == bool(fmt)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]),
                                          env.get("PYTHONPATH", "")])
@@ -165,7 +195,10 @@ def test_the_kernel_compiles_for_sm90_without_a_shared_round_trip(case: dict) ->
     assert run.returncode == 0, run.stderr[-3000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert found[r"wgmma\.mma_async"] == case["BLOCK_K"] // 16
-    assert found[r"st\.shared"] <= 1
+    if consts["ACT"]:  # the x tile's QDQ: block maxima by shuffles, an RNE cast, shared stores
+        assert found[r"shfl\.sync"] > 0 and found[r"cvt\.rn\.bf16"] > 0
+    else:  # no decoded weight value through shared memory
+        assert found[r"st\.shared"] <= 1
     assert found[r"wgmma\.wait_group\.sync\.aligned 0"] >= 1
 
 
@@ -209,6 +242,13 @@ def test_configs_past_the_verified_tiles_are_refused() -> None:
     bf = torch.bfloat16
     assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, cfg, m=17) == \
         "M=17 rows need one M tile (block_m=16)"
+    fused = lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=3, fuse_act=True)
+    assert lw.unavailable(torch.device("cpu"), dict(FP4, ACT_MODE=1), 512, bf, bf, fused) == (
+        "needs an NVIDIA GPU" if wgmma_tiles.ACT_VERIFIED else
+        "fuse_act (the activation QDQ in the kernel): written, not yet verified on a GPU")
+    # weight-only calls have no QDQ to fuse: the config runs them as it is
+    assert lw.unavailable(torch.device("cpu"), dict(FP4, ACT_MODE=0), 512, bf, bf, fused) == \
+        "needs an NVIDIA GPU"
     two = lw.WgmmaConfig(block_m=128, block_k=128, split=1, stages=3, warps=8)
     assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, two) == (
         "needs an NVIDIA GPU" if 8 in lw.WARPS_VERIFIED else
@@ -430,3 +470,44 @@ def test_two_warpgroups_match_the_reference(fmt: str, monkeypatch: pytest.Monkey
                 assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split)
                 again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
                 assert torch.equal(again.view(torch.int16), out.view(torch.int16))
+
+
+@gpu
+@pytest.mark.parametrize("act", ("mxfp4:even", "mxfp6_e3m2:floor", "mxfp8_e4m3:rceil",
+                                 "mxint8:even"))
+def test_fused_activation_qdq_is_the_dispatchers(act: str, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """fuse_act (the x tile's QDQ inside the kernel, one launch a call): bit for bit the output
+    of the same kernel after the dispatcher's QDQ launch, and close to reference-emulation;
+    zero / subnormal / NaN / Inf / huge blocks, M 1..16, split 1 / 2, K tails, bias. (Run with
+    fuse_act switched on: this test is what switches it on, `wgmma_tiles.ACT_VERIFIED`.)"""
+    monkeypatch.setattr(wgmma_tiles, "ACT_VERIFIED", True)
+    fmt, _, rounding = act.partition(":")
+    akey = QuantKey.mx(fmt, rounding=rounding, static=False)
+    for n, k in ((200, 1024), (72, 2880)):
+        gen = torch.Generator().manual_seed(n + k + len(act))
+        w = fp4_weight(n, k, gen).to("cuda")
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=akey))
+        bias = torch.randn(n, generator=gen).cuda()
+        for m, split in ((1, 2), (5, 1), (16, 2)):
+            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+            x[0, :32] = 0.0  # a zero block, a subnormal block, a huge block
+            x[0, 32:64] = 2.0 ** -130
+            x[0, 64:96] *= 2.0 ** 120
+            if m > 1:
+                x[1, 100] = float("inf")
+                x[-1, k - 3] = float("nan")
+            block_k = 256 if k % 256 == 0 else 128
+            base = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=3)
+            fused = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=3,
+                                   fuse_act=True)
+            for b in (None, bias):
+                want = fused_linear(x, prepared, b, strategy="wgmma", config=base)
+                got = fused_linear(x, prepared, b, strategy="wgmma", config=fused)
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (n, k, m)
+                assert close(got, reference_bf16(x, prepared, b)), (n, k, m, split)
+    plans = prepared.cache[le._CACHE_KEY]["plans"]
+    assert not plans  # forced configs are not cached; the table's own plan:
+    fused_linear(x, prepared)
+    plan = next(iter(plans.values()))
+    assert plan.strategy == "wgmma" and (plan.qdq is None) == bool(plan.wgmma.act)

@@ -49,24 +49,27 @@ def experts6(fmt: str, e: int, n: int, k: int, layout: str, gen: torch.Generator
 
 
 @pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2"))
-@pytest.mark.parametrize("e,n,k,block_k", [(3, 64, 256, 256), (2, 40, 2880, 256),
-                                           (4, 136, 384, 128)])
+@pytest.mark.parametrize("e,n,k,block_k,warps", [(3, 64, 256, 256, 4), (2, 40, 2880, 256, 4),
+                                                 (4, 136, 384, 128, 4), (3, 200, 384, 128, 8),
+                                                 (2, 40, 2880, 256, 8)])
 def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, k: int,
-                                                      block_k: int) -> None:
+                                                      block_k: int, warps: int) -> None:
+    """warps = 8: two warpgroups, N padded to whole 128-row tiles per expert."""
     from kernels.triton.fp6_words import wgmma_decode_fp6
 
-    gen = torch.Generator().manual_seed(e * n + k + len(fmt))
+    gen = torch.Generator().manual_seed(e * n + k + len(fmt) + warps)
     w = experts(e, n, k, gen, nan_blocks=5) if fmt == "mxfp4" else \
         experts6(fmt, e, n, k, "packed" if e % 2 else "unpacked", gen)
-    words, sbytes, bwords, stride_we, stride_se = moe_wgmma.expert_layout(w, block_k)
+    words, sbytes, bwords, stride_we, stride_se = moe_wgmma.expert_layout(w, block_k, warps)
+    assert stride_we == -(-n // (16 * warps)) * 16 * warps * -(-k // block_k) * block_k // 8
     assert words.numel() == e * stride_we and sbytes.numel() == e * stride_se
     want = mx_dequantize(w, torch.float32, backend="reference")
     for i in range(e):
         cut = slice(i * stride_we, (i + 1) * stride_we)
         s = sbytes[i * stride_se:(i + 1) * stride_se]
-        got = fw.wgmma_decode(words[cut], s, n, k, block_k) if fmt == "mxfp4" else \
+        got = fw.wgmma_decode(words[cut], s, n, k, block_k, warps) if fmt == "mxfp4" else \
             wgmma_decode_fp6(words[cut], bwords[i * stride_we // 2:(i + 1) * stride_we // 2], s,
-                             fmt, n, k, block_k)
+                             fmt, n, k, block_k, warps)
         nan = want[i].isnan()
         assert torch.equal(got[:, :k].isnan(), nan)
         assert torch.equal(got[:, :k][~nan], want[i][~nan]) and not got[:, k:].any()
@@ -97,7 +100,7 @@ def test_unavailable_says_why() -> None:
     assert moe_wgmma.unavailable(x, w, A_MXFP4) == "needs an NVIDIA GPU"
     two = linear_wgmma.WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8)
     ids = torch.zeros(3, 1, dtype=torch.int64)
-    with pytest.raises(ValueError, match=r"warps=8 configs run dense layers only"):
+    with pytest.raises(ValueError, match=r"warps=8 \(two warpgroups\): written, not yet verified"):
         moe_wgmma.grouped_experts_wgmma(x, w, None, ids, ids.float(), torch.bfloat16, {}, two)
 
 
@@ -153,7 +156,7 @@ def test_every_table_config_and_split() -> None:
         if row.strategy == "wgmma":
             for split in (1, 3):
                 cfg = type(row.config)(row.config.block_m, row.config.block_k, split,
-                                       row.config.stages)
+                                       row.config.stages, warps=row.config.warps)
                 got = moe_wgmma.grouped_experts_wgmma(x, w, None, ids, rw, torch.float32, {},
                                                       cfg)
                 assert rel_err(got, want) <= 1e-5, cfg
@@ -201,3 +204,34 @@ def test_fp6_experts_match_the_reference(fmt: str, layout: str, monkeypatch) -> 
             got = moe_wgmma.grouped_experts_wgmma(x, w, act, ids, rw, torch.float32, {})
             want = grouped_experts_reference(x, w, act, None, ids, rw, torch.float32)
             assert rel_err(got, want) <= 1e-5, (e, n, k, tokens, act)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2"))
+def test_two_warpgroup_experts_match_the_reference(fmt: str, monkeypatch) -> None:
+    """warps = 8 (128 weight rows a program, the experts' 128-row layout): W*A16 and W*A*,
+    block_m 64 / 128, split 1 / 2, N tails (200: a tile and a half an expert), K tails, one
+    expert taking every token (many M tiles), NaN blocks; two calls bit-identical. (Run with
+    warps 8 switched on: with test_linear_wgmma's, what switches it on: `WARPS_VERIFIED`.)"""
+    monkeypatch.setattr(linear_wgmma, "WARPS_VERIFIED", (4, 8))
+    monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
+    act = QuantKey.mx(fmt, rounding="even", static=False)
+    for e, n, k, top_k, tokens, case in ((8, 200, 1024, 2, 300, "one expert"),
+                                         (4, 128, 2880, 3, 100, "random")):
+        gen = torch.Generator().manual_seed(e + n + k + len(fmt))
+        w = experts(e, n, k, gen, nan_blocks=3) if fmt == "mxfp4" else \
+            experts6(fmt, e, n, k, "packed", gen)
+        w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
+        x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).cuda()
+        ids, rw = routing(tokens, e, top_k, gen, case)
+        for a in (None, act):
+            want = grouped_experts_reference(x, w, a, None, ids, rw, torch.float32)
+            for block_m, split in ((64, 2), (128, 1)):
+                cfg = linear_wgmma.WgmmaConfig(block_m, 128, split, 3, warps=8)
+                cached: dict = {}
+                got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached,
+                                                      cfg)
+                assert rel_err(got, want) <= 1e-5, (fmt, e, n, k, a, block_m, split)
+                again = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached,
+                                                        cfg)
+                assert torch.equal(again.view(torch.int32), got.view(torch.int32))

@@ -1,0 +1,100 @@
+"""The Gluon wgmma kernel's tile steps (linear_wgmma.py): the cp.async copies of a K tile, the
+output store, and the activation QDQ of W*A* layers done inside the kernel (`fuse_act`).
+
+Why the fused QDQ: an eager W4A4 call was two launches and two allocations (the QDQ kernel,
+then the GEMM): QdqPlan cost 17 us of the H200 host's time on top of W4A16's 22.7 us a call
+(docs/benchmarks.md part 5), while at small M each program re-doing the QDQ of the few x rows
+it reads costs little. Its steps are `mx_codec.qdq_blocks`, the function mx_quant's QDQ kernel
+runs, so the bits are the dispatcher's by construction (checked on the GPU against the
+reference and against the unfused path, bit for bit).
+
+ACT_VERIFIED gates it as linear_wgmma's gates do: set once
+test_fused_activation_qdq_is_the_dispatchers passes in a whole-suite run on an H200; until then
+`linear_wgmma.unavailable` refuses a `fuse_act` config for W*A* calls with that reason.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+from kernels.select.activation_keys import MX_DYNAMIC_KEYS
+from kernels.spec.contract import QuantKey
+from kernels.spec.formats import get_format
+from kernels.triton.mx_codec import ROUNDING_CODE, format_constexprs, qdq_blocks
+
+# written 2026-12-02 with no device time left: compiled for sm_90a here, not yet run on a GPU
+ACT_VERIFIED = False
+
+# triton 3.6 (the H200) names it async_copy_global_to_shared; 3.9 (CPU CI) async_load
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # (3.9: barrier)
+
+
+@gluon.jit
+def store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
+               HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr):
+    """Dense: acc (+ bias) as bf16 to out[row0 + col, orow]. Grouped (MoE): acc * the row's
+    routing weight, fp32, to out[dest[row0 + col], orow] (each row written by one program)."""
+    omask = (orow < N)[:, None] & (cols < rows_left)[None, :]
+    if GROUPED:
+        dest = gl.load(dest_ptr + row0 + cols, mask=cols < rows_left, other=0)
+        rw = gl.load(rw_ptr + row0 + cols, mask=cols < rows_left, other=0.0)
+        gl.store(out_ptr + dest.to(gl.int64)[None, :] * stride_o + orow[:, None],
+                 acc * rw[None, :], mask=omask)
+    else:
+        if HAS_BIAS:
+            acc = acc + gl.load(bias_ptr + orow, mask=orow < N, other=0.0)[:, None]
+        gl.store(out_ptr + (row0 + cols).to(gl.int64)[None, :] * stride_o + orow[:, None],
+                 acc.to(gl.bfloat16), mask=omask)
+
+
+@gluon.jit
+def x_mask(xmask, xc, t, K, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr):
+    """The x tile t's copy mask: rows in range, and (K_TAIL: K is not whole tiles) columns < K
+    (the rest is zero-filled, against the layout's zero padding)."""
+    if K_TAIL:
+        xmask = xmask & ((xc + t * BLOCK_K) < K)[None, :]
+    return xmask
+
+
+@gluon.jit
+def copy_tile(w_buf, b_buf, s_buf, x_buf, w_src, b_src, s_src, x_src, x_keep,
+               FMT: gl.constexpr):
+    """One K tile's cp.async copies into a ring slot (words, mxfp6 B words, scale bytes, the x
+    tile), committed as one group."""
+    _async_load(w_buf, w_src)
+    if FMT:
+        _async_load(b_buf, b_src)
+    _async_load(s_buf, s_src)
+    _async_load(x_buf, x_src, mask=x_keep)
+    async_copy.commit_group()
+
+
+def act_facts(key: Optional[QuantKey]) -> tuple:
+    """The kernel's ACT constexpr for an activation key: (MBITS, BIAS, EMAX, MAX_NORMAL,
+    MAXN_MANT, MAXN_SUB, IS_INT, ROUNDING) of a dynamic MX key, () for any other (weight-only,
+    or a static fp8 key: QDQ'd before the kernel)."""
+    if key is None or key not in MX_DYNAMIC_KEYS:
+        return ()
+    f = format_constexprs(get_format(key.format))
+    return (f["MBITS"], f["BIAS"], f["EMAX"], f["MAX_NORMAL"], f["MAXN_MANT"], f["MAXN_SUB"],
+            f["IS_INT"], ROUNDING_CODE[key.scale.rounding])
+
+
+@gluon.jit
+def qdq_x_tile(src, dst, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, WARPS: gl.constexpr,
+               ACT: gl.constexpr):
+    """dst = the dynamic MX QDQ of the bf16 x tile in src (shared [BLOCK_M, BLOCK_K]), cast to
+    bf16 by the GPU's RNE convert as the QDQ kernel's store. A thread holds 8 consecutive
+    elements, 4 threads a 32-element block (two shuffles for its max |x|)."""
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+    x = gl.reshape(src.load(QL).to(gl.float32), [BLOCK_M, BLOCK_K // 32, 32])
+    q = qdq_blocks(x, 1, ACT[0], ACT[1], ACT[2], ACT[3], ACT[4], ACT[5], ACT[6], ACT[7])
+    dst.store(gl.reshape(q, [BLOCK_M, BLOCK_K]).to(gl.bfloat16))
+
+
+__all__ = ["ACT_VERIFIED", "act_facts", "copy_tile", "cta_barrier", "qdq_x_tile", "store_out",
+           "x_mask"]
