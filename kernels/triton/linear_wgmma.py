@@ -1,6 +1,7 @@
-"""The Hopper strategy of `triton-emulation` for mxfp4 (and, once verified on a GPU, mxfp6)
-weights at M <= 128 ("wgmma"), in Gluon. Decoders: wgmma_decode.py; layouts: fp4_words.py,
-fp6_words.py (an mxfp6 code's top 4 bits take mxfp4's words, its low 2 bits B words).
+"""The Hopper strategy of `triton-emulation` for mxfp4 and mxfp6 (and, once verified on a GPU,
+mxfp8 e4m3) weights at M <= 128 ("wgmma"), in Gluon. Decoders: wgmma_decode.py; layouts:
+fp4_words.py, fp6_words.py (an mxfp6 code's top 4 bits take mxfp4's words, its low 2 bits B
+words), fp8_words.py (a thread's 8 codes in two words); tile steps: wgmma_tiles.py.
 
 Why Gluon: the Triton `mma` kernel (linear_mma.py) decodes the weight well but Triton 3.6 puts
 the decoded tile in shared memory before wgmma reads it (`local_alloc`): 4 bytes of shared
@@ -23,7 +24,8 @@ The kernel (swap AB: out^T = W @ x^T; 4 warps = one warpgroup = 64 weight rows a
 - split-K reduced in-kernel by the last slice to finish (as linear_mma: an atomic counter per
   output tile, self-resetting; the partials in linear_mma.workspace): one launch, deterministic.
 
-Scope: bf16 x (raw: W4A16, or W4A4 after the planned activation QDQ), bf16 output, K whole
+Scope: bf16 x (raw: W4A16, or W4A4 after the planned activation QDQ or with it inside the
+kernel: `fuse_act`, gated), bf16 output, K whole
 32-blocks (tiles padded), every finite scale byte <= 128, sm_90. Elsewhere `wgmma_plan` says why
 not and the caller takes the table's next strategy. Gluon does not run under TRITON_INTERPRET:
 CPU CI checks the layout and the decoder's bit operations through their torch twin
@@ -49,10 +51,11 @@ from kernels.triton import launcher
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
 from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
+from kernels.triton.fp8_words import fp8_fits, wgmma_layout_fp8
 from kernels.triton.launcher import aligned
 from kernels.triton.linear_decode import fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
-from kernels.triton.wgmma_decode import along, decode_fp4, decode_fp6, x_copy_layout
+from kernels.triton.wgmma_decode import along, decode_fp4, decode_fp6, decode_fp8, x_copy_layout
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import copy_tile, cta_barrier, qdq_x_tile, store_out, x_mask
 
@@ -68,14 +71,15 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
     expert order, w / s every expert's layout (strides stride_we / stride_se).
-    FMT 0: mxfp4 words (w); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits and b_ptr their
+    FMT 0: mxfp4 words (w); 3: mxfp8 e4m3, w codes 0..3 and b_ptr codes 4..7 of each thread's
+    8 (fp8_words); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits and b_ptr their
     low bits (fp6_words). ACT: () or an activation's QDQ facts (wgmma_tiles.act_facts): the x
     tile's QDQ in the kernel, into a buffer of its own, before the wgmma reads it."""
     BLOCK_N: gl.constexpr = 16 * WARPS
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
     TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
     TS: gl.constexpr = BLOCK_N * BLOCK_K // 32  # scale bytes a tile
-    TB: gl.constexpr = TW // 2  # mxfp6: B words a tile
+    TB: gl.constexpr = TW if FMT == 3 else TW // 2  # B words a tile (mxfp8 / mxfp6)
     D: gl.constexpr = STAGES - 1  # prefetch distance (no wgmma in flight past its iteration)
     WL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 4], [1, 8, 4, 1, 1, 1],
                                         [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
@@ -102,7 +106,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         rows_left = gl.load(grp_ptr + 2 * slots + E + e) - m_tile * BLOCK_M
         w_ptr += e.to(gl.int64) * stride_we
         s_ptr += e.to(gl.int64) * stride_se
-        b_ptr += e.to(gl.int64) * (stride_we // 2)  # mxfp6: half as many B words as words
+        b_ptr += e.to(gl.int64) * (stride_we // (TW // TB))  # mxfp6: half as many B words
     ktiles = (K + BLOCK_K - 1) // BLOCK_K  # the layout pads K to whole tiles
     k_lo = pid_s * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
@@ -116,12 +120,15 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     soff = (along(WARPS, 0, 5, SL) * (TS // WARPS) + along(8, 1, 5, SL) * (TS // WARPS // 8)
             + along(2, 2, 5, SL) * (4 * NBH) + along(NBH, 3, 5, SL) * 4 + along(4, 4, 5, SL))
     wbase = w_ptr + (pid_n * ktiles).to(gl.int64) * TW + woff
-    BL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 2], [1, 8, 4, 1, 1, 1],
-                                        [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
-    boff = (along(WARPS, 0, 6, BL) * (TB // WARPS) + along(2, 3, 6, BL) * (TB // WARPS // 2)
-            + along(NBH, 4, 6, BL) * 64 + along(8, 1, 6, BL) * 8 + along(4, 2, 6, BL) * 2
-            + along(2, 5, 6, BL))
-    bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + boff
+    if FMT == 3:  # mxfp8: B words in the A words' own order
+        bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + woff
+    else:  # mxfp6: B words [w][h][b_hi][g][t][2] (fp6_words)
+        BL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 2], [1, 8, 4, 1, 1, 1],
+                                            [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
+        boff = (along(WARPS, 0, 6, BL) * (TB // WARPS) + along(2, 3, 6, BL) * (TB // WARPS // 2)
+                + along(NBH, 4, 6, BL) * 64 + along(8, 1, 6, BL) * 8 + along(4, 2, 6, BL) * 2
+                + along(2, 5, 6, BL))
+        bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + boff
     sbase = s_ptr + (pid_n * ktiles).to(gl.int64) * TS + soff
     xi = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, XL))
     xc = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, XL))
@@ -131,7 +138,8 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, 4], WS)
     s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, WARPS, 8, 2, NBH, 4], SS)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], XS)
-    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, 2] if FMT else
+    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, TB * 4 // TW]
+                                       if FMT else
                                        [1, 1, 1, 1, 1, 1, 2], WS)
     for s in gl.static_range(D):
         t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
@@ -157,7 +165,10 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
             qdq_x_tile(xb, xq_smem, BLOCK_M, BLOCK_K, WARPS, ACT)
             fence_async_shared()
             xb = xq_smem
-        if FMT:
+        if FMT == 3:
+            a = decode_fp8(w_smem.index(cur).load(WL), b_smem.index(cur).load(WL),
+                           s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A)
+        elif FMT:
             a = decode_fp6(w_smem.index(cur).load(WL), b_smem.index(cur).load(BL),
                            s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A, WL, FMT)
         else:
@@ -203,6 +214,9 @@ BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
 # of commit 017ee6a (H200, triton 3.6.0, 2026-12-01 22:25 UTC, docs/verification.md).
 K_TAIL_VERIFIED = True
 FP6_VERIFIED = True
+# mxfp8 e4m3 weights (FMT 3, fp8_words' layout): written 2026-12-02 with no device time left,
+# taken once test_fp8_weights_match_the_reference passes on an H200
+FP8_VERIFIED = False
 # Warps a program (16 weight rows each): 4 is one warpgroup, 64 rows. 8 (two warpgroups, 128
 # rows sharing one x tile) halves the x tile's re-reads, which at M >= 64 are most of a
 # program's copies (M = 128, block_k 128: 32 KB of x against 4 KB of weight a K tile): written
@@ -248,11 +262,11 @@ class WgmmaPlan:
     k: int
     key: int
     bwords: Optional[Tensor] = None  # mxfp6: the codes' low bits (fp6_words)
-    fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2
+    fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2, 3 mxfp8 e4m3
     act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
 
 
-FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2")  # by the kernel's FMT
+FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3")  # by the kernel's FMT
 
 
 def weight_format(consts: dict) -> Optional[str]:
@@ -263,6 +277,9 @@ def weight_format(consts: dict) -> Optional[str]:
         return "mxfp4"
     if consts["W_BITS"] == 6 and consts["W_PACK"] in (0, 2) and not consts.get("W_IS_INT"):
         return {3: "mxfp6_e2m3", 2: "mxfp6_e3m2"}.get(consts.get("W_MBITS"))
+    if consts["W_BITS"] == 8 and consts["W_PACK"] == 0 and not consts.get("W_IS_INT") and \
+            consts.get("W_MBITS") == 3:
+        return "mxfp8_e4m3"
     return None
 
 
@@ -277,8 +294,9 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
         return "fuse_act (the activation QDQ in the kernel): written, not yet verified on a GPU"
     fmt = weight_format(consts)
     if fmt is None:
-        return "packed mxfp4 or mxfp6 weights only"
-    if fmt != "mxfp4" and not FP6_VERIFIED:
+        return "packed mxfp4, mxfp6 or mxfp8 e4m3 weights only"
+    if not {"mxfp6_e2m3": FP6_VERIFIED, "mxfp6_e3m2": FP6_VERIFIED,
+            "mxfp8_e4m3": FP8_VERIFIED}.get(fmt, True):
         return f"{fmt} weights: written, not yet verified on a GPU"
     if x_dtype != torch.bfloat16 or out_dtype != torch.bfloat16:
         return "bf16 x and output only"
@@ -324,6 +342,14 @@ def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optiona
     if found is not None:
         return found
     data, scales = cached["data"], cached["scales"]
+    if fmt == "mxfp8_e4m3":
+        ok = cached.get("fp8_fits")
+        if ok is None:
+            ok = cached.setdefault("fp8_fits", fp8_fits(data, scales))
+        if not ok:
+            return None
+        a, b, s = wgmma_layout_fp8(data, scales, block_k, warps)
+        return cached.setdefault(("wgmma", block_k, warps), (a, s, b))
     if fmt == "mxfp4":
         if not fp4_scale_fits(cached):
             return None

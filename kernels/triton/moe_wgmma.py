@@ -48,7 +48,7 @@ VERIFIED = True
 
 def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Optional[str]:
     """Why the wgmma path cannot run this call (None: it can)."""
-    if weight.fmt not in FORMATS or (weight.fmt == "mxfp4" and weight.layout != "packed"):
+    if weight.fmt not in FORMATS[:3] or (weight.fmt == "mxfp4" and weight.layout != "packed"):
         return "packed mxfp4 or mxfp6 expert weights only"
     if weight.fmt != "mxfp4" and not linear_wgmma.FP6_VERIFIED:
         return f"{weight.fmt} experts: written, not yet verified on a GPU"

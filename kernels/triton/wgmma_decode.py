@@ -2,8 +2,9 @@
 outputs land on wgmma's A operand layout with no data movement, and small layout helpers.
 
 Each decoder has a torch twin that replays its PTX step for step: fp4_words.wgmma_decode
-(mxfp4) and fp6_words.wgmma_decode_fp6 (mxfp6); CPU CI checks the twins against the reference
-dequantization at every code and scale byte, the GPU tests the kernel itself.
+(mxfp4), fp6_words.wgmma_decode_fp6 (mxfp6) and fp8_words.wgmma_decode_fp8 (mxfp8 e4m3); CPU CI
+checks the twins against the reference dequantization at every code and scale byte, the PTX
+against the twins (tests/kernels/triton/test_wgmma_ptx.py), the GPU tests the kernel itself.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from kernels.triton.fp6_words import B_MASK, B_ROT
+from kernels.triton.fp8_words import EXP_SIGN, FULL, MANT
 
 
 # One word -> 8 bf16 (pairs 0..3 as bf16x2), each pair times the scale word $9: the PTX twin of
@@ -128,4 +130,37 @@ def decode_fp6(words, bwords, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constex
     return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
 
 
-__all__ = ["along", "decode_fp4", "decode_fp6", "x_copy_layout"]
+def _fp8_asm() -> str:
+    """PTX: A word ($8: codes 0..3) and B word ($9: codes 4..7) -> 8 bf16 times the scale word
+    ($10): per word, pair 0 = word & FULL, pair 1 = (rotr 4 & EXP_SIGN) | (rotr 28 & MANT) —
+    fp8_words.fp8_pairs' steps, one for one."""
+    body = ""
+    for src, out in (("$8", 0), ("$9", 4)):
+        body += (f"and.b32 a, {src}, {FULL:#010x}; mul.rn.bf16x2 a, a, $10; "
+                 f"mov.b32 {{${out}, ${out + 1}}}, a;\n"
+                 f"shf.r.wrap.b32 a, {src}, {src}, 4; shf.r.wrap.b32 b, {src}, {src}, 28; "
+                 f"and.b32 a, a, {EXP_SIGN:#010x}; and.b32 b, b, {MANT:#010x}; or.b32 a, a, b; "
+                 f"mul.rn.bf16x2 a, a, $10; mov.b32 {{${out + 2}, ${out + 3}}}, a;\n")
+    return "{\n.reg .b32 a, b;\n" + body + "}"
+
+
+_DECODE_E4M3 = gl.constexpr(_fp8_asm())
+
+
+@gluon.jit
+def decode_fp8(words, bwords, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+               A: gl.constexpr):
+    """mxfp8 e4m3 (FMT 3): A words (codes 0..3 of a thread's 8) + B words (codes 4..7), both in
+    mxfp4's word order -> the bf16 A operand, with no data movement (fp8_words: the layout)."""
+    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)
+    sword = gl.broadcast(sword, words)[0]
+    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+        _DECODE_E4M3, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, bwords, sword],
+        dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
+    t = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)),
+                gl.join(gl.join(o4, o5), gl.join(o6, o7)))
+    t = gl.permute(t, (0, 3, 1, 4, 5, 8, 7, 2, 6))
+    return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
+
+
+__all__ = ["along", "decode_fp4", "decode_fp6", "decode_fp8", "x_copy_layout"]

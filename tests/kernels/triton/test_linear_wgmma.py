@@ -94,7 +94,13 @@ def test_unavailable_says_why() -> None:
     bf = torch.bfloat16
     cpu = torch.device("cpu")
     assert lw.unavailable(cpu, dict(FP4, W_BITS=8, W_PACK=0, W_IS_INT=True), 512, bf, bf,
-                          cfg) == "packed mxfp4 or mxfp6 weights only"
+                          cfg) == "packed mxfp4, mxfp6 or mxfp8 e4m3 weights only"
+    e4m3 = dict(W_BITS=8, W_PACK=0, W_MBITS=3, W_IS_INT=False, W_SAT=False)
+    assert lw.weight_format(e4m3) == "mxfp8_e4m3"
+    assert lw.weight_format(dict(e4m3, W_MBITS=2)) is None  # e5m2: not laid out for wgmma
+    assert lw.unavailable(cpu, e4m3, 512, bf, bf, cfg) == (
+        "needs an NVIDIA GPU" if lw.FP8_VERIFIED else
+        "mxfp8_e4m3 weights: written, not yet verified on a GPU")
     e3m2 = dict(W_BITS=6, W_PACK=2, W_MBITS=2, W_IS_INT=False, W_SAT=False)
     assert lw.weight_format(e3m2) == "mxfp6_e3m2"
     assert lw.weight_format(dict(e3m2, W_PACK=0, W_MBITS=3)) == "mxfp6_e2m3"
@@ -140,7 +146,11 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     # W*A*: the activation QDQ in the kernel (fuse_act, gated): three formats, every rounding
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, ACT="mxfp4:even"),
     dict(BLOCK_M=16, BLOCK_K=128, SPLIT=1, STAGES=4, FMT=2, ACT="mxint8:rceil"),
-    dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, K_TAIL=True, ACT="mxfp8_e4m3:floor")]
+    dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, K_TAIL=True, ACT="mxfp8_e4m3:floor"),
+    # mxfp8 e4m3 weights (FMT 3, gated): A and B words; grouped, K tails, two warpgroups
+    dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=3),
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, FMT=3, K_TAIL=True, WARPS=8),
+    dict(BLOCK_M=16, BLOCK_K=128, SPLIT=2, STAGES=4, FMT=3, GROUPED=True, HAS_BIAS=False)]
 
 
 _COMPILE = """
@@ -511,3 +521,69 @@ def test_fused_activation_qdq_is_the_dispatchers(act: str, monkeypatch: pytest.M
     fused_linear(x, prepared)
     plan = next(iter(plans.values()))
     assert plan.strategy == "wgmma" and (plan.qdq is None) == bool(plan.wgmma.act)
+
+
+def fp8_weight(n: int, k: int, gen: torch.Generator) -> MXTensor:
+    """Random e4m3 codes (every non-NaN code in the first row), scale bytes 100..128 with 3,
+    126, 127, 128, 134 and 0xFF (NaN) planted."""
+    every = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F])
+    codes = every[torch.randint(0, every.numel(), (n, k), generator=gen)]
+    codes[0, :every.numel()] = every
+    scales = torch.randint(100, 129, (n, k // 32), generator=gen)
+    flat = scales.view(-1)
+    flat[torch.randperm(flat.numel(), generator=gen)[:12]] = torch.tensor([3, 126, 127, 128, 134,
+                                                                             255] * 2)
+    return MXTensor(codes.to(torch.uint8), scales.to(torch.uint8), "mxfp8_e4m3", "even",
+                    torch.Size((n, k)), "unpacked")
+
+
+def test_a_prepared_fp8_weight_gets_the_layout_its_decoder_reads() -> None:
+    """The host path (constexprs -> format, the fits check kept, the layout built once per K
+    tile and warps) on a prepared e4m3 weight; it decodes through the PTX's twin to the
+    reference (CPU). A weight holding an e4m3 NaN code gets no layout (the table moves on)."""
+    from kernels.triton.fp8_words import wgmma_decode_fp8
+    from kernels.triton.linear_tiles import prepare_tensors
+
+    w = fp8_weight(70, 320, torch.Generator().manual_seed(8))
+    contract = SchemeContract(weight=key("mxfp8_e4m3"), activation=None)
+    cached = prepare_tensors(KERNEL.prepare(w, contract))
+    assert lw.weight_format(cached["consts"]) == "mxfp8_e4m3"
+    want = mx_dequantize(w, torch.float32, backend="reference")
+    for warps in (4, 8):
+        words, sbytes, bwords = lw._layout(cached, "mxfp8_e4m3", 320, 256, warps)
+        assert lw._layout(cached, "mxfp8_e4m3", 320, 256, warps)[0] is words
+        got = wgmma_decode_fp8(words, bwords, sbytes, 70, 320, 256, warps)[:, :320]
+        assert same_values(got, want)
+    bad = MXTensor(w.data.clone(), w.scales, w.fmt, w.rounding, w.shape, w.layout)
+    bad.data[5, 9] = 0x7F
+    assert lw._layout(prepare_tensors(KERNEL.prepare(bad, contract)), "mxfp8_e4m3", 320, 256,
+                      4) is None
+
+
+@gpu
+def test_fp8_weights_match_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mxfp8 e4m3 weights through the wgmma kernel (fp8_words' layout): every code and scale
+    byte, N and K tails, M 1..128, split-K, one and two warpgroups, bias, NaN / Inf
+    activations, W8A16 and W8A8 (the QDQ launched and fused). (Run with mxfp8 switched on: this
+    test is what switches it on, `FP8_VERIFIED`.)"""
+    monkeypatch.setattr(lw, "FP8_VERIFIED", True)
+    monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))
+    monkeypatch.setattr(wgmma_tiles, "ACT_VERIFIED", True)
+    for n, k in ((200, 1024), (72, 2880)):
+        gen = torch.Generator().manual_seed(n + k)
+        w = fp8_weight(n, k, gen).to("cuda")
+        bias = torch.randn(n, generator=gen).cuda()
+        for akey in (None, key("mxfp8_e4m3", static=False)):
+            prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp8_e4m3"),
+                                                        activation=akey))
+            for m, split, warps in ((1, 2, 4), (16, 1, 4), (40, 4, 4), (128, 2, 8), (64, 1, 8)):
+                x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+                if m > 1:
+                    x[1, 5] = float("inf")
+                    x[-1, k - 3] = float("nan")
+                cfg = lw.WgmmaConfig(block_m=tile_for(m), block_k=256 if m <= 16 else 128,
+                                     split=split, stages=3, warps=warps,
+                                     fuse_act=akey is not None and m <= 16)
+                for b in (None, bias):
+                    out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+                    assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split, akey)

@@ -1,8 +1,8 @@
 """The wgmma decoders' PTX itself, run on the CPU: a small interpreter of the instructions they
 use (and / or / shl / shr / shf.r.wrap / add / mov / mul.rn.bf16x2) replays each inline-asm
 string on random words and must give the bf16x2 patterns of its torch twin (fp4_words.
-wgmma_pairs, fp6_words.fp6_pairs), which CPU CI checks against the reference dequantization
-(test_fp6_words, test_linear_wgmma). So a PTX edit that drifts from its twin fails here, not
+wgmma_pairs, fp6_words.fp6_pairs, fp8_words.fp8_pairs), which CPU CI checks against the reference dequantization
+(test_fp6_words, test_fp8_words, test_linear_wgmma). So a PTX edit that drifts from its twin fails here, not
 only on an H200."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 
 from kernels.triton import fp4_words as fw
 from kernels.triton import fp6_words as f6
+from kernels.triton import fp8_words as f8
 from kernels.triton import wgmma_decode as wd
 
 MASK = 0xFFFFFFFF
@@ -82,6 +83,14 @@ def test_fp6_ptx_is_its_twin(fmt: str) -> None:
         base = 8 * (i % 2) + f6.B_ROT[fmt]  # the kernel's: (block % 2) * 8 + _ROT_E3M2
         out = run_ptx(asm, {"$8": w & MASK, "$9": int(b[i // 2]) & MASK, "$10": base, "$11": 0})
         assert patterns(out) == [twin[p][i] for p in range(4)], (fmt, i)
+
+
+def test_fp8_ptx_is_its_twin() -> None:
+    a, b = random_words(200, 5), random_words(200, 6)
+    twin = [p.tolist() for p in f8.fp8_pairs(a, b)]
+    for i, (wa, wb) in enumerate(zip(a.tolist(), b.tolist())):
+        out = run_ptx(wd._DECODE_E4M3.value, {"$8": wa & MASK, "$9": wb & MASK, "$10": 0})
+        assert patterns(out) == [twin[p][i] for p in range(4)], i
 
 
 def test_the_interpreter_can_fail() -> None:

@@ -1,0 +1,64 @@
+"""mxfp8 e4m3 weights for the wgmma kernel (kernels/triton/fp8_words.py): the layout decoded by
+the torch twin of the GPU decoder equals the reference dequantization at every code and scale
+byte the layout takes (CPU, in CI), and the weights it cannot hold exactly are refused; the
+kernel's own bits are checked on an sm_90 GPU (test_linear_wgmma.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.mx import MXTensor, mx_dequantize
+from kernels.triton import fp8_words as f8
+
+CODES = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F])  # every non-NaN e4m3 code
+
+
+def weight(n: int, k: int, gen: torch.Generator) -> MXTensor:
+    """Random e4m3 codes (every non-NaN code in the first row) and scale bytes 100..134 with 3,
+    4, 126, 127, 128, 134 and 0xFF (NaN) planted."""
+    codes = CODES[torch.randint(0, CODES.numel(), (n, k), generator=gen)]
+    codes[0, :min(k, CODES.numel())] = CODES[:k]
+    scales = torch.randint(100, 135, (n, k // 32), generator=gen)
+    flat = scales.view(-1)
+    at = torch.randperm(flat.numel(), generator=gen)[:14]
+    flat[at] = torch.tensor([3, 4, 126, 127, 128, 134, 255] * 2)
+    return MXTensor(codes.to(torch.uint8), scales.to(torch.uint8), "mxfp8_e4m3", "even",
+                    torch.Size((n, k)), "unpacked")
+
+
+def test_bits_fill_each_word_once() -> None:
+    assert sorted(p for bits in f8.WGMMA_BITS_E4M3 for p in bits) == list(range(32))
+    assert f8.FULL == f8.EXP_SIGN | f8.MANT and not f8.EXP_SIGN & f8.MANT
+
+
+@pytest.mark.parametrize("n,k,block_k,warps", [(64, 256, 256, 4), (200, 512, 128, 4),
+                                               (40, 2880, 256, 4), (200, 384, 128, 8),
+                                               (72, 2880, 128, 8)])
+def test_layout_decodes_to_the_reference(n: int, k: int, block_k: int, warps: int) -> None:
+    w = weight(n, k, torch.Generator().manual_seed(n + k + block_k + warps))
+    assert f8.fp8_fits(w.data, w.scales)
+    a, b, s = f8.wgmma_layout_fp8(w.data, w.scales, block_k, warps)
+    rows, k_pad = -(-n // (16 * warps)) * 16 * warps, -(-k // block_k) * block_k
+    assert a.dtype == b.dtype == torch.int32 and s.dtype == torch.uint8
+    assert (a.numel(), b.numel(), s.numel()) == (rows * k_pad // 8, rows * k_pad // 8,
+                                                 rows * k_pad // 32)  # 8 bits an element
+    got = f8.wgmma_decode_fp8(a, b, s, n, k, block_k, warps)
+    want = mx_dequantize(w, torch.float32, backend="reference")
+    nan = want.isnan()
+    assert torch.equal(got[:, :k].isnan(), nan)
+    assert torch.equal(got[:, :k][~nan], want[~nan])
+    assert torch.equal(torch.signbit(got[:, :k][~nan]), torch.signbit(want[~nan]))
+    assert not got[:, k:].any() and not got[:, k:].signbit().any()
+
+
+def test_weights_the_layout_cannot_hold_are_refused() -> None:
+    w = weight(16, 64, torch.Generator().manual_seed(5))
+    assert f8.fp8_fits(w.data, w.scales)
+    for byte in (0, 2, 135, 254):  # a scale word past bf16 / values below its subnormals
+        assert not f8.fp8_fits(w.data, w.scales.clone().fill_(byte)), byte
+    for code in (0x7F, 0xFF):  # an e4m3 NaN element
+        codes = w.data.clone()
+        codes[3, 7] = code
+        assert not f8.fp8_fits(codes, w.scales)
+    with pytest.raises(ValueError, match=r"K=48 must hold whole 32-element blocks"):
+        f8.wgmma_layout_fp8(w.data[:, :48], w.scales[:, :2], 128)
