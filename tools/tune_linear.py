@@ -160,6 +160,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
     ap.add_argument("--parts", default="wgmma,mma,decode,large,dot,fp8,others")
+    ap.add_argument("--wgmma-grid", default="all", choices=("all", "warps8", "fused"),
+                    help="wgmma variants: the whole grid, only two-warpgroup ones, or only the "
+                    "fused-QDQ twins of the bucket's first two (beside the table's own pick)")
     ap.add_argument("--eager", action="store_true",
                     help="also time each variant eager (host time included)")
     ap.add_argument("--ms", help="comma-separated M values of the main sweep (default: "
@@ -198,7 +201,7 @@ def main() -> None:
     for n, k in shapes:
         base = {m: bf16_us(n, k, m, dev) for m in ms}
         for w, a in contracts:
-            if w == "mxfp8_e4m3" and "fp8" not in parts and "large" not in parts:
+            if w == "mxfp8_e4m3" and not {"fp8", "large", "wgmma"} & parts:
                 continue
             case = Case(w, a, n, k, dev)
             for m in ms:
@@ -212,11 +215,12 @@ def main() -> None:
                                       x, p, strategy="decode", config=c)) for c in cfgs]
                 if m <= 128 and "wgmma" in parts and w in linear_wgmma.FORMATS:
                     cfgs = wgmma_configs(m, args.quick)
-                    if a is not None and m <= 16:  # W*A*: the QDQ in the kernel too
-                        cfgs += [dataclasses.replace(c, fuse_act=True) for c in cfgs]
-                    variants += [(wgmma_name(c), lambda x, p, c=c: fused_linear(x, p, strategy="wgmma",
-                                                                 config=c))
-                                 for c in cfgs]
+                    fused = [dataclasses.replace(c, fuse_act=True) for c in cfgs[:2]] \
+                        if a is not None and m <= 16 else []  # W*A*: the QDQ in the kernel
+                    cfgs = {"all": cfgs + fused, "fused": fused,
+                            "warps8": [c for c in cfgs if c.warps == 8]}[args.wgmma_grid]
+                    variants += [(wgmma_name(c), lambda x, p, c=c: fused_linear(
+                        x, p, strategy="wgmma", config=c)) for c in cfgs]
                 if m <= 128 and "mma" in parts:
                     variants += [(mma_name(c), lambda x, p, c=c: fused_linear(
                         x, p, strategy="mma", config=c)) for c in mma_configs(m, args.quick)]

@@ -1,6 +1,6 @@
 """The shared @triton.jit device helpers of every Triton kernel here, under public names: shared
-exponent, element encode / decode, loads / stores, and the tiles built from them (`tile_scaled`,
-`load_codes`, the linear kernels' `act_tile` / `weight_tile`).
+exponent, element encode / decode, loads / stores, and the tiles built from them (`tile_blocks`,
+`blocks_scaled`, `qdq_blocks`, `load_codes`, the linear kernels' `act_tile` / `weight_tile`).
 
 Why a module of its own: the quantize / dequantize / QDQ kernels (mx_quant.py) and the fused
 linear / MoE kernels (weight dequant + activation QDQ + matmul) must round exactly alike, so the
@@ -262,18 +262,6 @@ def store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr, HW_CAST: tl.constexpr = Fa
             tl.store(ptrs, fp32_to_bf16_bits(f), mask=mask)
     else:
         tl.store(ptrs, f.to(tl.float16), mask=mask)
-
-
-@triton.jit
-def tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
-                BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr, MBITS: tl.constexpr,
-                EMAX: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
-                ROUNDING: tl.constexpr):
-    """Load a tile; return (x * 2**-E as [BLOCK_R, NB, 32] fp32, E [BLOCK_R, NB], non-finite
-    block flags [BLOCK_R, NB], row indices)."""
-    x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
-    v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-    return v, e, bad, rows
 
 
 @triton.jit

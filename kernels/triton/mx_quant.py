@@ -11,9 +11,10 @@ adds (codec helpers in mx_codec.py), then packing per kernels.spec.formats' layo
 On a GPU one measured tile serves every format (GPU_TILE); under TRITON_INTERPRET=1 one small
 fixed tile keeps the CPU tests fast.
 
-The device helpers these kernels share with the fused linear kernels (tile_scaled: load a tile,
-shared exponents, x * 2**-E; load_codes: a tile's codes unpacked from any layout; the element
-helpers) live in mx_codec; the host-side `bits_view` and `pack_code` are public here.
+The device helpers these kernels share with the fused linear kernels (tile_blocks,
+blocks_scaled, qdq_blocks: a tile's blocks, shared exponents, x * 2**-E, the QDQ; load_codes: a
+tile's codes unpacked from any layout; the element helpers) live in mx_codec; the host-side
+`bits_view` and `pack_code` are public here.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_roundin
 from kernels.spec.formats import resolve_layout
 from kernels.triton import launcher
 from kernels.triton.mx_codec import (
-    KIND_OF_DTYPE, ROUNDING_CODE, tile_blocks, decode, e8m0_value, encode, format_constexprs,
-    load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_scaled,
+    KIND_OF_DTYPE, ROUNDING_CODE, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
+    load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_blocks,
 )
 
 _WHERE = "kernels.triton.mx_quant"
@@ -47,8 +48,8 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     NB: tl.constexpr = BLOCK_K // 32
-    v, e, bad, rows = tile_scaled(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K,
-                                  IN_KIND, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
+    v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
     codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
     codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
     row_ok = (rows < R)[:, None]

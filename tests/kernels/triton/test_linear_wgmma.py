@@ -23,6 +23,7 @@ from kernels.triton import linear_configs
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
 from kernels.triton.linear_emulation import fused_linear
+from kernels.triton import launcher as launcher_mod
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import act_facts
 
@@ -131,6 +132,59 @@ def test_act_facts_are_the_qdq_kernels_constants() -> None:
                                    ROUNDING_CODE[akey.scale.rounding]), akey
     assert act_facts(None) == () and act_facts(FP8_STATIC_TENSOR_KEY) == ()
     assert act_facts(key("mxfp4", static=True)) == ()  # not a dynamic key
+
+
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"))
+def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    """The host path (plan, layout, workspace, launch arguments) of the dense and MoE calls,
+    run here with the launch recorded instead of made (Gluon needs an sm_90 GPU): one argument
+    per kernel parameter, num_warps = WARPS, the tile the config asked for, ACT set exactly when
+    a W*A* call fuses its QDQ, and the grid covering N in tiles of 16 * warps rows."""
+    from kernels.triton import moe_routing, moe_wgmma
+
+    names = lw._wgmma_linear_kernel.arg_names
+    seen: list = []
+
+    def record(fn, key_, grid, args, num_warps, num_stages, **kw):
+        if fn is lw._wgmma_linear_kernel:  # (the W*A* QDQ kernel's launch: not recorded)
+            assert len(args) == len(names) and num_warps == dict(zip(names, args))["WARPS"]
+            seen.append((grid, dict(zip(names, args))))
+
+    monkeypatch.setattr(launcher_mod, "launch", record)
+    monkeypatch.setattr(lw, "unavailable", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_INTERPRETED", False)  # (CI sets TRITON_INTERPRET)
+    monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))  # the gates: what runs is not tested here
+    gen = torch.Generator().manual_seed(len(fmt))
+    n, k = 200, 1024
+    w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
+        fmt, lambda n_, k_, g: fp6_weight(fmt, n_, k_, "packed", g))(n, k, gen)
+    for akey in (None, key(fmt, static=False)):
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=akey))
+        for m, warps, fuse in ((1, 4, True), (16, 4, False), (100, 8, True)):
+            cfg = lw.WgmmaConfig(block_m=tile_for(m), block_k=128, split=2, stages=3,
+                                 warps=warps, fuse_act=fuse)
+            fused_linear(torch.randn(m, k).to(torch.bfloat16), prepared, strategy="wgmma",
+                         config=cfg)
+            grid, args = seen.pop()
+            assert grid[0] == -(-n // (16 * warps)) and grid[1] == -(-m // cfg.block_m)
+            assert (args["BLOCK_M"], args["WARPS"], args["FMT"]) == (
+                cfg.block_m, warps, lw.FORMATS.index(fmt))
+            assert bool(args["ACT"]) == (akey is not None and fuse) and not args["GROUPED"]
+    if fmt == "mxfp8_e4m3":
+        return  # MoE experts: mxfp4 / mxfp6
+    ex = MXTensor(w.data.reshape(2, n // 2, -1), w.scales.reshape(2, n // 2, -1), fmt, "even",
+                  torch.Size((2, n // 2, k)), w.layout)
+    monkeypatch.setattr(moe_wgmma, "sort_rows", moe_routing.sort_rows_torch)
+    monkeypatch.setattr(moe_wgmma, "combine", lambda rows, dtype: rows.sum(1))
+    ids = torch.randint(0, 2, (30, 1), generator=gen)
+    for warps in (4, 8):
+        cfg = lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=3, warps=warps)
+        moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
+                                        torch.ones(30, 1), torch.float32, {}, cfg)
+        grid, args = seen.pop()
+        assert grid[0] == -(-(n // 2) // (16 * warps)) and args["GROUPED"] and not args["ACT"]
 
 
 COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split-K on / off
