@@ -214,52 +214,76 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from kernels.triton import linear_wgmma as lw
 kern = lw._wgmma_linear_kernel
-consts = json.loads(sys.argv[1])
-consts["ACT"] = tuple(consts["ACT"])
-ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "b_ptr": "*i32", "s_ptr": "*u8", "bias_ptr": "*fp32",
-        "out_ptr": "*fp32" if consts["GROUPED"] else "*bf16", "part_ptr": "*fp32",
-        "lock_ptr": "*i32", "grp_ptr": "*i32", "dest_ptr": "*i32", "rw_ptr": "*fp32"}
 names = kern.arg_names
-sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
 by16 = {"K", "stride_x", "stride_o", "stride_we", "stride_se"}
-attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in ptrs or n in by16}
-ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                     options=dict(num_warps=consts["WARPS"])).asm["ptx"]
-print(json.dumps({p: len(re.findall(p, ptx)) for p in (r"wgmma\\.mma_async", r"st\\.shared",
-                                                        r"wgmma\\.wait_group\\.sync\\.aligned 0",
-                                                        r"shfl\\.sync", r"cvt\\.rn\\.bf16")}))
+found = []
+for consts in json.loads(sys.stdin.read()):
+    consts["ACT"] = tuple(consts["ACT"])
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "b_ptr": "*i32", "s_ptr": "*u8",
+            "bias_ptr": "*fp32", "out_ptr": "*fp32" if consts["GROUPED"] else "*bf16",
+            "part_ptr": "*fp32", "lock_ptr": "*i32", "grp_ptr": "*i32", "dest_ptr": "*i32",
+            "rw_ptr": "*fp32"}
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if n in ptrs or n in by16}
+    try:
+        ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs),
+                             target=GPUTarget("cuda", 90, 32),
+                             options=dict(num_warps=consts["WARPS"])).asm["ptx"]
+    except Exception as e:  # reported by the case's own test
+        found.append({"error": f"{type(e).__name__}: {e}"[-3000:]})
+        continue
+    found.append({p: len(re.findall(p, ptx)) for p in (
+        r"wgmma\\.mma_async", r"st\\.shared", r"wgmma\\.wait_group\\.sync\\.aligned 0",
+        r"shfl\\.sync", r"cvt\\.rn\\.bf16")})
+print(json.dumps(found))
 """
 
 
-@pytest.mark.parametrize("case", COMPILE_CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in
-                                                                          c.items()))
-def test_the_kernel_compiles_for_sm90_without_a_shared_round_trip(case: dict) -> None:
-    """Compiled here for sm_90a (no GPU needed; this triton's Gluon and ptxas) with the launch's
-    specialization (16-byte aligned pointers; K and the row strides multiples of 16, as the
-    host guarantees): the decoders' layouts convert with no data movement (assert_trivial,
-    checked at compile time), one wgmma per 16 of K a tile, and no decoded value goes through
-    shared memory (at most the split-K flag's one st.shared). In a fresh process: the
-    interpreter, once it has run a kernel in this one, has patched triton.language."""
+def compile_consts(case: dict) -> dict:
+    """A compile case's constexprs (the defaults, the case, ACT's facts from its key name)."""
+    consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0),
+              **case}
+    fmt, _, rounding = case.get("ACT", "").partition(":")
+    consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
+    assert bool(consts["ACT"]) == bool(fmt)
+    return consts
+
+
+@pytest.fixture(scope="module")
+def compiled_cases() -> list:
+    """Every COMPILE_CASES entry compiled in ONE fresh process (triton imported once: ~3 s a
+    case saved). Fresh: the interpreter, once it has run a kernel in this process, has patched
+    triton.language."""
     import json
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0),
-              **case}
-    fmt, _, rounding = case.get("ACT", "").partition(":")
-    consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
-    assert bool(consts["ACT"]) == bool(fmt)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]),
                                          env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(consts)], env=env,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
+                         text=True, timeout=900,
+                         input=json.dumps([compile_consts(c) for c in COMPILE_CASES]))
     assert run.returncode == 0, run.stderr[-3000:]
-    found = json.loads(run.stdout.strip().splitlines()[-1])
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("index", range(len(COMPILE_CASES)), ids=[
+    "-".join(f"{k}{v}" for k, v in c.items()) for c in COMPILE_CASES])
+def test_the_kernel_compiles_for_sm90_without_a_shared_round_trip(index: int,
+                                                                  compiled_cases: list) -> None:
+    """Compiled here for sm_90a (no GPU needed; this triton's Gluon and ptxas) with the launch's
+    specialization (16-byte aligned pointers; K and the row strides multiples of 16, as the
+    host guarantees): the decoders' layouts convert with no data movement (assert_trivial,
+    checked at compile time), one wgmma per 16 of K a tile, and no decoded value goes through
+    shared memory (at most the split-K flag's one st.shared)."""
+    case, found = COMPILE_CASES[index], compiled_cases[index]
+    assert "error" not in found, found.get("error")
     assert found[r"wgmma\.mma_async"] == case["BLOCK_K"] // 16
-    if consts["ACT"]:  # the x tile's QDQ: block maxima by shuffles, an RNE cast, shared stores
+    if case.get("ACT"):  # the x tile's QDQ: block maxima by shuffles, an RNE cast, shared stores
         assert found[r"shfl\.sync"] > 0 and found[r"cvt\.rn\.bf16"] > 0
     else:  # no decoded weight value through shared memory
         assert found[r"st\.shared"] <= 1
