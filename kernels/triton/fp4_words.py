@@ -217,11 +217,16 @@ def wgmma_words(codes: Tensor, block_k: int, warps: int,
                 bit_places: tuple = WGMMA_BITS) -> Tensor:
     """Padded 4-bit codes [N, K] -> the int32 words (8 codes each, code j's bits at
     bit_places[j], mxfp4's WGMMA_BITS by default)."""
-    c = wgmma_order(codes, block_k, warps)
-    word = torch.zeros(c.shape[0], dtype=torch.int64, device=codes.device)
+    return place_bits(wgmma_order(codes, block_k, warps), bit_places)
+
+
+def place_bits(codes: Tensor, bit_places: tuple) -> Tensor:
+    """Codes [W, j] (int64, one word's codes a row) -> int32 words: bit i of code j at
+    bit_places[j][i] (the placements of fp4_words, fp6_words and fp8_words)."""
+    word = torch.zeros(codes.shape[0], dtype=torch.int64, device=codes.device)
     for j, bits in enumerate(bit_places):
         for i, pos in enumerate(bits):
-            word |= ((c[:, j] >> i) & 1) << pos
+            word |= ((codes[:, j] >> i) & 1) << pos
     return to_int32(word)
 
 
@@ -279,6 +284,6 @@ def wgmma_decode(words: Tensor, sbytes: Tensor, n: int, k: int, block_k: int,
 
 
 __all__ = ["WGMMA_BITS", "WGMMA_WARPS", "WORD_NIBBLE", "fp4_word_layout", "fp4_word_tile",
-           "fp4_words", "tile_major", "tiled_fp4", "to_int32", "wgmma_decode", "wgmma_layout",
+           "fp4_words", "place_bits", "tile_major", "tiled_fp4", "to_int32", "wgmma_decode", "wgmma_layout",
            "wgmma_order", "wgmma_pad", "wgmma_pairs", "wgmma_scaled", "wgmma_scales",
            "wgmma_words"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.triton.fp4_words import (WGMMA_WARPS, _rotr, to_int32, wgmma_order, wgmma_pad,
+from kernels.triton.fp4_words import (WGMMA_WARPS, _rotr, place_bits, wgmma_order, wgmma_pad,
                                       wgmma_scaled, wgmma_scales)
 
 SCALE_BIAS = 120  # stored scale byte: E + 120, the bf16 exponent of 2**(E - 127 + 120)
@@ -43,15 +43,6 @@ def fp8_fits(codes: Tensor, scales: Tensor) -> bool:
     return bool(ok and not ((codes & 0x7F) == 0x7F).any())
 
 
-def _words(codes: Tensor) -> Tensor:
-    """Codes [W, 4] (int64) -> int32 words, code c's bits at WGMMA_BITS_E4M3[c]."""
-    word = torch.zeros(codes.shape[0], dtype=torch.int64, device=codes.device)
-    for c, bits in enumerate(WGMMA_BITS_E4M3):
-        for i, pos in enumerate(bits):
-            word |= ((codes[:, c] >> i) & 1) << pos
-    return to_int32(word)
-
-
 def wgmma_layout_fp8(codes: Tensor, scales: Tensor, block_k: int,
                      warps: int = WGMMA_WARPS) -> tuple[Tensor, Tensor, Tensor]:
     """e4m3 codes [N, K] (uint8) + E8M0 bytes [N, K/32] -> (A words: codes 0..3 of a thread's
@@ -66,7 +57,8 @@ def wgmma_layout_fp8(codes: Tensor, scales: Tensor, block_k: int,
     sbytes = torch.where(nan, scales, scales + SCALE_BIAS)
     codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps)
     c = wgmma_order(codes, block_k, warps)  # (word, code j)
-    return _words(c[:, :4]), _words(c[:, 4:]), wgmma_scales(sbytes, block_k, warps)
+    return (place_bits(c[:, :4], WGMMA_BITS_E4M3), place_bits(c[:, 4:], WGMMA_BITS_E4M3),
+            wgmma_scales(sbytes, block_k, warps))
 
 
 def fp8_pairs(a_words: Tensor, b_words: Tensor) -> tuple[Tensor, ...]:

@@ -19,6 +19,7 @@ differs from the reference.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import triton
@@ -223,13 +224,16 @@ def fast_fp4_scale(scales: Tensor) -> bool:
     return bool(finite.numel() == 0 or int(finite.max()) <= 128)
 
 
+def checked_once(cached: dict, name: str, check: Callable[[], bool]) -> bool:
+    """A per-weight check (a device sync: never per call) run once and kept in `cached`."""
+    ok = cached.get(name)
+    return ok if ok is not None else cached.setdefault(name, check())
+
+
 def fp4_scale_fits(cached: dict) -> bool:
-    """`fast_fp4_scale` of a prepared weight, checked once and kept in `cached` (a device sync:
-    never per call); the decode, the 32-bit words (mma, gemv) and the wgmma layout all ask it."""
-    ok = cached.get("fast_fp4_scale")
-    if ok is None:
-        ok = cached.setdefault("fast_fp4_scale", fast_fp4_scale(cached["scales"]))
-    return ok
+    """`fast_fp4_scale` of a prepared weight, checked once; the decode, the 32-bit words (mma,
+    gemv) and the wgmma layout all ask it."""
+    return checked_once(cached, "fast_fp4_scale", lambda: fast_fp4_scale(cached["scales"]))
 
 
 def launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, consts: dict,

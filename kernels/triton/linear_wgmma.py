@@ -53,11 +53,12 @@ from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
 from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
 from kernels.triton.fp8_words import fp8_fits, wgmma_layout_fp8
 from kernels.triton.launcher import aligned
-from kernels.triton.linear_decode import fp4_scale_fits
+from kernels.triton.linear_decode import checked_once, fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.wgmma_decode import along, decode_fp4, decode_fp6, decode_fp8, x_copy_layout
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import copy_tile, cta_barrier, qdq_x_tile, store_out, x_mask
+
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
 def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
@@ -342,27 +343,21 @@ def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optiona
     if found is not None:
         return found
     data, scales = cached["data"], cached["scales"]
-    if fmt == "mxfp8_e4m3":
-        ok = cached.get("fp8_fits")
-        if ok is None:
-            ok = cached.setdefault("fp8_fits", fp8_fits(data, scales))
-        if not ok:
-            return None
-        a, b, s = wgmma_layout_fp8(data, scales, block_k, warps)
-        return cached.setdefault(("wgmma", block_k, warps), (a, s, b))
     if fmt == "mxfp4":
         if not fp4_scale_fits(cached):
             return None
         return cached.setdefault(("wgmma", block_k, warps),
                                  (*wgmma_layout(data, scales, block_k, warps), None))
-    ok = cached.get("fp6_scale_fits")
-    if ok is None:
-        ok = cached.setdefault("fp6_scale_fits", scale_fits(scales, fmt))
-    if not ok:
-        return None
-    codes = data if cached["consts"]["W_PACK"] == 0 else unpack_codes(
-        data.view(torch.uint8), get_format(fmt), "packed", k)
-    a, b, s = wgmma_layout_fp6(codes, scales, fmt, block_k, warps)
+    if fmt == "mxfp8_e4m3":
+        if not checked_once(cached, "fp8_fits", lambda: fp8_fits(data, scales)):
+            return None
+        a, b, s = wgmma_layout_fp8(data, scales, block_k, warps)
+    else:
+        if not checked_once(cached, "fp6_scale_fits", lambda: scale_fits(scales, fmt)):
+            return None
+        codes = data if cached["consts"]["W_PACK"] == 0 else unpack_codes(
+            data.view(torch.uint8), get_format(fmt), "packed", k)
+        a, b, s = wgmma_layout_fp6(codes, scales, fmt, block_k, warps)
     return cached.setdefault(("wgmma", block_k, warps), (a, s, b))
 
 

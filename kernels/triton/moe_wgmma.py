@@ -37,18 +37,20 @@ from kernels.triton import launcher, linear_configs, linear_wgmma, mx_quant
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
 from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
-from kernels.triton.linear_decode import fast_fp4_scale
+from kernels.triton.linear_decode import checked_once, fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
                                          _wgmma_linear_kernel, copyable_rows)
 from kernels.triton.moe_routing import combine, sort_rows
 
 VERIFIED = True
+# the kernel's formats the experts' layout (expert_layout) is written for: mxfp8 is dense only
+EXPERT_FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2")
 
 
 def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Optional[str]:
     """Why the wgmma path cannot run this call (None: it can)."""
-    if weight.fmt not in FORMATS[:3] or (weight.fmt == "mxfp4" and weight.layout != "packed"):
+    if weight.fmt not in EXPERT_FORMATS or (weight.fmt == "mxfp4" and weight.layout != "packed"):
         return "packed mxfp4 or mxfp6 expert weights only"
     if weight.fmt != "mxfp4" and not linear_wgmma.FP6_VERIFIED:
         return f"{weight.fmt} experts: written, not yet verified on a GPU"
@@ -109,11 +111,8 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     if cfg.warps not in linear_wgmma.WARPS_VERIFIED:
         raise ValueError(f"moe_wgmma: warps={cfg.warps} (two warpgroups): written, not yet "
                          "verified on a GPU; use a config of linear_wgmma.WARPS_VERIFIED warps")
-    ok = cached.get("wgmma_scale_fits")
-    if ok is None:  # once per weight (a device sync)
-        ok = cached.setdefault("wgmma_scale_fits", fast_fp4_scale(weight.scales)
-                               if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt))
-    if not ok:
+    if not checked_once(cached, "wgmma_scale_fits", lambda: fast_fp4_scale(weight.scales)
+                        if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt)):
         raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "
                          "range (mxfp4 / e2m3: 128, e3m2: 130): no real weight has one; the "
                          "grouped Triton kernel runs such weights")
@@ -149,4 +148,4 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     return combine(weighted.view(tokens, top_k, n), out_dtype)
 
 
-__all__ = ["VERIFIED", "config_for", "expert_layout", "grouped_experts_wgmma", "unavailable"]
+__all__ = ["EXPERT_FORMATS", "VERIFIED", "config_for", "expert_layout", "grouped_experts_wgmma", "unavailable"]

@@ -266,7 +266,7 @@ def store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr, HW_CAST: tl.constexpr = Fa
 
 @triton.jit
 def tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
-                 BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr):
+                BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr):
     """A [BLOCK_R, BLOCK_K] tile as fp32 [BLOCK_R, NB, 32] blocks (0 past R / K), row indices."""
     NB: tl.constexpr = BLOCK_K // 32
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)

@@ -35,7 +35,7 @@ cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # (3.9: barrier
 
 @gluon.jit
 def store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
-               HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr):
+              HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr):
     """Dense: acc (+ bias) as bf16 to out[row0 + col, orow]. Grouped (MoE): acc * the row's
     routing weight, fp32, to out[dest[row0 + col], orow] (each row written by one program)."""
     omask = (orow < N)[:, None] & (cols < rows_left)[None, :]

@@ -7,23 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.mx import MXTensor, mx_dequantize
+from kernels.mx import mx_dequantize
 from kernels.triton import fp8_words as f8
-
-CODES = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F])  # every non-NaN e4m3 code
-
-
-def weight(n: int, k: int, gen: torch.Generator) -> MXTensor:
-    """Random e4m3 codes (every non-NaN code in the first row) and scale bytes 100..134 with 3,
-    4, 126, 127, 128, 134 and 0xFF (NaN) planted."""
-    codes = CODES[torch.randint(0, CODES.numel(), (n, k), generator=gen)]
-    codes[0, :min(k, CODES.numel())] = CODES[:k]
-    scales = torch.randint(100, 135, (n, k // 32), generator=gen)
-    flat = scales.view(-1)
-    at = torch.randperm(flat.numel(), generator=gen)[:14]
-    flat[at] = torch.tensor([3, 4, 126, 127, 128, 134, 255] * 2)
-    return MXTensor(codes.to(torch.uint8), scales.to(torch.uint8), "mxfp8_e4m3", "even",
-                    torch.Size((n, k)), "unpacked")
+from support.mx_weights import e4m3_weight as weight
 
 
 def test_bits_fill_each_word_once() -> None:

@@ -26,6 +26,7 @@ from kernels.triton.linear_emulation import fused_linear
 from kernels.triton import launcher as launcher_mod
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import act_facts
+from support.mx_weights import e4m3_weight as fp8_weight
 
 KERNEL = load_kernel("triton-emulation")
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -599,20 +600,6 @@ def test_fused_activation_qdq_is_the_dispatchers(act: str, monkeypatch: pytest.M
     fused_linear(x, prepared)
     plan = next(iter(plans.values()))
     assert plan.strategy == "wgmma" and (plan.qdq is None) == bool(plan.wgmma.act)
-
-
-def fp8_weight(n: int, k: int, gen: torch.Generator) -> MXTensor:
-    """Random e4m3 codes (every non-NaN code in the first row), scale bytes 100..128 with 3,
-    126, 127, 128, 134 and 0xFF (NaN) planted."""
-    every = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F])
-    codes = every[torch.randint(0, every.numel(), (n, k), generator=gen)]
-    codes[0, :every.numel()] = every
-    scales = torch.randint(100, 129, (n, k // 32), generator=gen)
-    flat = scales.view(-1)
-    flat[torch.randperm(flat.numel(), generator=gen)[:12]] = torch.tensor([3, 126, 127, 128, 134,
-                                                                             255] * 2)
-    return MXTensor(codes.to(torch.uint8), scales.to(torch.uint8), "mxfp8_e4m3", "even",
-                    torch.Size((n, k)), "unpacked")
 
 
 def test_a_prepared_fp8_weight_gets_the_layout_its_decoder_reads() -> None:
