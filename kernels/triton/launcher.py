@@ -43,31 +43,77 @@ def spec_key(args: Sequence[Any], constexprs: frozenset = frozenset()) -> tuple:
 
 
 def launch(fn: Any, key: Hashable, grid: Sequence[int], args: Sequence[Any], *, num_warps: int,
-           num_stages: int, maxnreg: int = 0) -> None:
+           num_stages: int, maxnreg: int = 0) -> Any:
     """Run `fn[grid](*args, num_warps=, num_stages=)`; `args` are ALL of fn's parameters in
     order (constexprs included), `key` their specialization (module docstring). `maxnreg`:
-    a register cap per thread (0: the compiler's choice)."""
+    a register cap per thread (0: the compiler's choice). Returns the compiled kernel (None
+    under the interpreter), for `Bound`."""
     opts = {"maxnreg": maxnreg} if maxnreg else {}
     if type(fn).__name__ == "InterpretedFunction":  # TRITON_INTERPRET=1: nothing compiled
         fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages, **opts)
-        return
+        return None
     device = driver.active.get_current_device()
     memo = (id(fn), key, device, num_warps, num_stages, maxnreg)
     compiled = _COMPILED.get(memo)
-    if compiled is None or _hooked():  # profilers' launch hooks: Triton's own path calls them
+    if compiled is None or hooked():  # profilers' launch hooks: Triton's own path calls them
         compiled = fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages, **opts)
         if compiled is not None:
             with _LOCK:
                 _COMPILED[memo] = compiled
-        return
+        return compiled
     stream = driver.active.get_current_stream(device)
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
     compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None,
                  None, None, *args)
+    return compiled
 
 
-def _hooked() -> bool:
+class Bound:
+    """One compiled specialization on one device, grid and stream, with every argument but a
+    few per-call ones fixed (a prepared weight's plan: its buffers, the stream's workspace, the
+    constants): the fixed buffers' pointers are kept as ints, which Triton's launcher reads as
+    device addresses, skipping the data_ptr() call and cuPointerGetAttribute check it makes
+    per tensor (H200 host, the wgmma kernel's 11 pointers: 8.8 -> 6.4 us a launch), and a call
+    skips `launch`'s key building and memo lookup. Build it from `launch`'s return value
+    outside CUDA-graph capture, from buffers that outlive it (a plan's own, the shared
+    workspace); a call passes `current_stream`'s stream and the per-call values, in order."""
+
+    __slots__ = ("_run", "_function", "_meta", "_grid", "_pieces")
+
+    def __init__(self, compiled: Any, grid: Sequence[int], args: Sequence[Any],
+                 per_call: Sequence[int]) -> None:
+        self._run, self._function = compiled.run, compiled.function
+        self._meta = compiled.packed_metadata
+        self._grid = (*grid, 1, 1)[:3]
+        fixed = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
+        cuts = (-1, *per_call, len(fixed))
+        self._pieces = tuple(fixed[a + 1:b] for a, b in zip(cuts, cuts[1:]))
+
+    def __call__(self, stream: Any, values: Sequence[Any]) -> None:
+        pieces = self._pieces
+        args = pieces[0]
+        for value, piece in zip(values, pieces[1:]):
+            args = args + (value,) + piece
+        g = self._grid
+        self._run(g[0], g[1], g[2], stream, self._function, self._meta, None, None, None, *args)
+
+
+def current_stream(device: int) -> Any:
+    """The current stream of `device` when a `Bound` of it may run: the current device is it
+    and no launch hooks are set (profilers: Triton's own path calls them); else None."""
+    if hooked() or driver.active.get_current_device() != device:
+        return None
+    return driver.active.get_current_stream(device)
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host code: `triton.cdiv` is a constexpr_function in triton 3.6, ~3 us a
+    call on the H200's host (measured), twice per activation-QDQ launch."""
+    return -(-a // b)
+
+
+def hooked() -> bool:
     """Whether launch hooks are set: None, or (triton >= 3.4) an empty HookChain, is none."""
     for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
@@ -110,5 +156,5 @@ def compiled_count() -> int:
     return len(_COMPILED)
 
 
-__all__ = ["aligned", "compiled_count", "constexpr_indices", "intern", "launch", "launch_auto",
-           "spec_key"]
+__all__ = ["Bound", "aligned", "cdiv", "compiled_count", "constexpr_indices", "current_stream",
+           "hooked", "intern", "launch", "launch_auto", "spec_key"]

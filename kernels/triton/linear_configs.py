@@ -27,6 +27,7 @@ class Choice:
     m_max: int  # rows up to this (inclusive); rows past the last row: dequant-gemm / tiled
     strategy: str  # "wgmma" | "gemv" | "mma" | "decode"
     config: object  # WgmmaConfig / GemvConfig / MmaConfig / DecodeConfig
+    n_min: int = 0  # the shape class: layers with at least this many output features (N)
 
 
 # H200, triton 3.6, bf16 activations, 2026-12-01 (.scratch experiments, docs/benchmarks.md):
@@ -50,6 +51,11 @@ TABLE: tuple[Choice, ...] = (
     # M = 32: block_k 128 / 4 stages, 21.1 / 64.8 us against 256 / 3's 22.8 / 70.1 (H200
     # 2026-12-01 22:50 UTC sweep, .scratch/gpu_sweep.py; deeper pipelines won nowhere)
     Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)),
+    # M = 64 on wide layers (N >= 16384): two warpgroups without split-K, 81.1 us against
+    # 89.3 on 28672 x 8192 (H200 2026-12-02 02:55 UTC, tools/gpu_sweeps.sh); on N = 8192 the
+    # same config loses (0.66 / 0.70x against 1.31 / 1.52x: 64 programs for 132 SMs)
+    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=4, warps=8),
+           n_min=16384),
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
                                             max_tiles=256)),
@@ -60,7 +66,27 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp4", 16, "mma", _SMALL),
     Choice("fp4", 64, "mma", _MID),  # 38.5 / 137 / 111 us (old: 70.9 / 230 / 218)
     Choice("fp4", 128, "mma", _MID_8),  # 70 / 242 / 211 us (dequant-gemm: 93 / 310 / 305)
-    # mxfp8 via the fp8 convert: M = 1 / 16 / 64 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
+    # mxfp8 e4m3 on sm_90, bf16 x and output: the wgmma kernel with fp8_words' decode (H200
+    # 2026-12-02 02:55 UTC, tools/gpu_sweeps.sh, graph, cold weights; x bf16 on 8192^2 /
+    # 28672 x 8192 / 8192 x 28672, W8A16 | W8A8; the mma rows below: 1.05 / 1.07 / 1.26x at
+    # M = 1, 0.78 / 0.78 / 0.92x at M = 64):
+    #   M = 1   1.51 / 1.59 / 1.87x | 1.40 / 1.53 / 1.80x
+    #   M = 16  1.47 / 1.64 / 1.85x | 1.33 / 1.56 / 1.75x
+    #   M = 32  1.37 / 1.87 (two warpgroups, N >= 16384) / 1.77x | 1.22 / 1.77 / 1.70x
+    #   M = 64  1.19 / 1.36 (two warpgroups, N >= 16384) / 1.47x | 1.11 / 1.28 / 1.19x
+    #   M = 128 0.74 / 0.81 / 0.86x | 0.70 / 0.79 / 0.84x (M = 32 / 128: 03:05 UTC)
+    Choice("fp8", 1, "wgmma", WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)),
+    Choice("fp8", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
+    Choice("fp8", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=1, stages=4, warps=8),
+           n_min=16384),
+    Choice("fp8", 32, "wgmma", WgmmaConfig(block_m=32, block_k=256, split=2, stages=3)),
+    Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8),
+           n_min=16384),
+    Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
+    Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3, warps=8,
+                                            max_tiles=128), n_min=8192),
+    # mxfp8 e5m2 (or e4m3 where wgmma does not apply) via the fp8 convert: M = 1 / 16 / 64
+    # 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
     Choice("fp8", 16, "mma", _SMALL),
     Choice("fp8", 64, "mma", _MID_8),
     # mxfp6 (e2m3 / e3m2) on sm_90, bf16 x and output: the wgmma kernel with the fp6 word
@@ -75,7 +101,16 @@ TABLE: tuple[Choice, ...] = (
     Choice("other", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
     # M = 32 (the sweep): e2m3 23.4 / 80.1, e3m2 29.7 / 94.7 us (the M = 64 row: 34 / 101, 38 / 115)
     Choice("other", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)),
+    # M = 64 / 128, two warpgroups (H200 2026-12-02 02:55 UTC, tools/gpu_sweeps.sh; e2m3 |
+    # e3m2 us): M = 64 on N >= 16384 (split-K off) 103.5 | 96.5 against 111.9 | 111.1 on
+    # 28672 x 8192 (on N = 8192 it loses: 0.56-0.59x); M = 128, split-K only up to 128 tiles
+    # (on: N = 8192; off: 28672): 54.9 / 176.4 / 156.7 | 54.7 / 173.3 / 155.3 against
+    # 54.8 / 212.9 / 179.7 | 55.2 / 209.2 / 176.6
+    Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3,
+                                             warps=8), n_min=16384),
     Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
+    Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
+                                              warps=8, max_tiles=128), n_min=8192),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)
@@ -98,15 +133,17 @@ def weight_family(consts: dict) -> str:
     return "other"
 
 
-def choose(family: str, m: int, interpreted: bool,
-           skip: tuple[str, ...] = ()) -> Optional[Choice]:
-    """The first matching row whose strategy is not in `skip` (with the interpreter's config
+def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *,
+           n: int) -> Optional[Choice]:
+    """The first row of the family that takes M rows and N output features whose strategy is
+    not in `skip` (with the interpreter's config
     under TRITON_INTERPRET=1, where Gluon's wgmma rows are skipped: Gluon does not interpret),
     or None past the table's M ranges (the caller's large-M strategy)."""
     if interpreted:
         skip = (*skip, "wgmma")
     for row in TABLE:
-        if row.family == family and m <= row.m_max and row.strategy not in skip:
+        if row.family == family and m <= row.m_max and n >= row.n_min and \
+                row.strategy not in skip:
             if interpreted:
                 cfg = {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(
                     row.strategy, INTERPRETER_DECODE)
@@ -115,14 +152,15 @@ def choose(family: str, m: int, interpreted: bool,
     return None
 
 
-def config_for(strategy: str, family: str, m: int, interpreted: bool) -> object:
+def config_for(strategy: str, family: str, m: int, interpreted: bool, *, n: int) -> object:
     """A strategy's config where the table did not pick it (a forced strategy without a config,
-    or gemv falling back to mma): the first row of that strategy and family that takes M rows,
+    or gemv falling back to mma): the first row of that strategy and family that takes M rows
+    and N output features,
     else that strategy's last row for the family, else the strategy's generic default."""
     if interpreted:
         return {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(strategy,
                                                                       INTERPRETER_DECODE)
-    rows = [r for r in TABLE if r.strategy == strategy and r.family == family]
+    rows = [r for r in TABLE if r.strategy == strategy and r.family == family and n >= r.n_min]
     row = next((r for r in rows if m <= r.m_max), rows[-1] if rows else None)
     if row is not None:
         return row.config

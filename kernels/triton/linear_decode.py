@@ -276,7 +276,7 @@ def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, 
     n = out.shape[1]
     data, scales = cached["data"], cached["scales"]
     scale = cached["act_scale"]
-    split, per_split = k_slices(triton.cdiv(k, config.block_k), config.split)
+    split, per_split = k_slices(launcher.cdiv(k, config.block_k), config.split)
     use_dot = m > 1
     block_m = max(16, triton.next_power_of_2(m)) if use_dot else 1
     # the short fp4 decodes do not saturate: a weight that may pass fp32's max takes the generic
@@ -293,7 +293,7 @@ def _launch_decode(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, 
     target = bits_view(out)
     if split > 1:
         target = torch.empty((split, m, n), dtype=torch.float32, device=x2d.device)
-    grid = (triton.cdiv(n, config.block_n), split)
+    grid = (launcher.cdiv(n, config.block_n), split)
     head = (bits_view(x2d), data, scales, scale if scale is not None else scales,
             bias if bias is not None else scales, target, m, n, k, per_split,
             x2d.stride(0), data.stride(0), scales.stride(0), target.stride(-2),

@@ -161,8 +161,8 @@ class MmaConfig:
 
 def mma_grid(m: int, n: int, k: int, cfg: MmaConfig) -> tuple[tuple[int, int, int], int]:
     """(grid, K tiles per slice) of a launch; the slice count never leaves a slice empty."""
-    split, per_split = k_slices(triton.cdiv(k, cfg.block_k), cfg.split)
-    return (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), split), per_split
+    split, per_split = k_slices(launcher.cdiv(k, cfg.block_k), cfg.split)
+    return (launcher.cdiv(n, cfg.block_n), launcher.cdiv(m, cfg.block_m), split), per_split
 
 
 _LOCK_TILES = 1024  # output tiles a split-K launch may have

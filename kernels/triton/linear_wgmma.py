@@ -1,5 +1,5 @@
-"""The Hopper strategy of `triton-emulation` for mxfp4 and mxfp6 (and, once verified on a GPU,
-mxfp8 e4m3) weights at M <= 128 ("wgmma"), in Gluon. Decoders: wgmma_decode.py; layouts:
+"""The Hopper strategy of `triton-emulation` for mxfp4, mxfp6 and mxfp8 e4m3 weights at
+M <= 128 ("wgmma"), in Gluon. Decoders: wgmma_decode.py; layouts:
 fp4_words.py, fp6_words.py (an mxfp6 code's top 4 bits take mxfp4's words, its low 2 bits B
 words), fp8_words.py (a thread's 8 codes in two words); tile steps: wgmma_tiles.py.
 
@@ -13,7 +13,7 @@ from the decoder's registers into `warpgroup_mma` with no data movement (the lay
 is checked trivial at compile time: `assert_trivial`).
 
 The kernel (swap AB: out^T = W @ x^T; 4 warps = one warpgroup = 64 weight rows a program, or
-8 = two warpgroups, 128 rows sharing each x tile: `WgmmaConfig.warps`, gated):
+8 = two warpgroups, 128 rows sharing each x tile: `WgmmaConfig.warps`):
 - a ring of STAGES shared-memory buffers filled by cp.async (words, scale bytes, the bf16 x tile;
   rows of x past M are predicated off and only reach accumulator columns that are never stored),
   one CTA barrier per K tile;
@@ -25,8 +25,8 @@ The kernel (swap AB: out^T = W @ x^T; 4 warps = one warpgroup = 64 weight rows a
   output tile, self-resetting; the partials in linear_mma.workspace): one launch, deterministic.
 
 Scope: bf16 x (raw: W4A16, or W4A4 after the planned activation QDQ or with it inside the
-kernel: `fuse_act`, gated), bf16 output, K whole
-32-blocks (tiles padded), every finite scale byte <= 128, sm_90. Elsewhere `wgmma_plan` says why
+kernel: `fuse_act`), bf16 output, K whole 32-blocks (tiles padded), the layouts' scale ranges,
+sm_90. Elsewhere `wgmma_plan` says why
 not and the caller takes the table's next strategy. Gluon does not run under TRITON_INTERPRET:
 CPU CI checks the layout and the decoder's bit operations through their torch twin
 (fp4_words.wgmma_decode, the same instructions step for step) and the GPU tests check the kernel
@@ -34,7 +34,7 @@ against reference-emulation. GROUPED: MoE experts (moe_wgmma.py), one tile table
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -57,7 +57,8 @@ from kernels.triton.linear_decode import checked_once, fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.wgmma_decode import along, decode_fp4, decode_fp6, decode_fp8, x_copy_layout
 from kernels.triton import wgmma_tiles
-from kernels.triton.wgmma_tiles import copy_tile, cta_barrier, qdq_x_tile, store_out, x_mask
+from kernels.triton.wgmma_tiles import (copy_tile, copyable_rows, cta_barrier, qdq_x_tile,
+                                        store_out, x_mask)
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
@@ -215,15 +216,16 @@ BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
 # of commit 017ee6a (H200, triton 3.6.0, 2026-12-01 22:25 UTC, docs/verification.md).
 K_TAIL_VERIFIED = True
 FP6_VERIFIED = True
-# mxfp8 e4m3 weights (FMT 3, fp8_words' layout): written 2026-12-02 with no device time left,
-# taken once test_fp8_weights_match_the_reference passes on an H200
-FP8_VERIFIED = False
+# mxfp8 e4m3 weights (FMT 3, fp8_words' layout) and two warpgroups: written 2026-12-02 with no
+# device time left; test_fp8_weights_match_the_reference, test_two_warpgroups_match_the_
+# reference and test_two_warpgroup_experts_match_the_reference passed in the whole-suite GPU
+# run of commit 19d2a90 (H200, triton 3.6.0, 2026-12-02 02:53 UTC, docs/verification.md).
+FP8_VERIFIED = True
 # Warps a program (16 weight rows each): 4 is one warpgroup, 64 rows. 8 (two warpgroups, 128
 # rows sharing one x tile) halves the x tile's re-reads, which at M >= 64 are most of a
-# program's copies (M = 128, block_k 128: 32 KB of x against 4 KB of weight a K tile): written
-# 2026-12-01 with no device time left, taken once test_two_warpgroups_match_the_reference
-# passes on an H200 (the table's rows stay at 4 until measured).
-WARPS_VERIFIED = (4,)
+# program's copies (M = 128, block_k 128: 32 KB of x against 4 KB of weight a K tile); the
+# table takes it where measured faster (wide layers at M = 64, mxfp6 / mxfp8 at M = 128).
+WARPS_VERIFIED = (4, 8)
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,7 @@ class WgmmaPlan:
     bwords: Optional[Tensor] = None  # mxfp6: the codes' low bits (fp6_words)
     fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2, 3 mxfp8 e4m3
     act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
+    fast: dict = field(default_factory=dict, compare=False)  # stream -> launcher.Bound
 
 
 FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3")  # by the kernel's FMT
@@ -361,33 +364,39 @@ def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optiona
     return cached.setdefault(("wgmma", block_k, warps), (a, s, b))
 
 
-def copyable_rows(x2d: Tensor) -> Tensor:
-    """x2d, or an aligned copy of it: cp.async copies x in 16-byte vectors, which needs rows
-    Triton knows to be 16-element aligned (a row stride of 8 mod 16 does not compile); a view
-    at an odd offset or row stride is copied."""
-    if x2d.data_ptr() % 16 or x2d.stride(0) % 16:
-        return x2d.clone(memory_format=torch.contiguous_format)
-    return x2d
-
-
 def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
-    """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16."""
+    """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16. Calls
+    without bias into a dense aligned output (fused_linear's) take the plan's `Bound` for the
+    stream after the first: x, out, M and the two row strides are all that change."""
     x2d = copyable_rows(x2d)
     m = x2d.shape[0]
     cfg = plan.cfg
+    direct = bias is None and m <= cfg.block_m and out.stride(0) == plan.n
+    if direct:
+        stream = launcher.current_stream(plan.words.device.index)
+        bound = plan.fast.get(stream)
+        if bound is not None and out.data_ptr() % 16 == 0:
+            bound(stream, (x2d.data_ptr(), out.data_ptr(), m, x2d.stride(0), plan.n))
+            return
     grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
     part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * cfg.warps * cfg.block_m
                            if plan.split > 1 else 1, x2d.device)
     b = bias if bias is not None else lock
     key = (plan.key, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b), aligned(out),
            out.stride(0) % 16 == 0, b.dtype)
-    launcher.launch(_wgmma_linear_kernel, key, grid,
-                    (x2d, plan.words, plan.words if plan.bwords is None else plan.bwords,
-                     plan.sbytes, b, out, part, lock, lock, lock, b, m, plan.n, plan.k,
-                     plan.per_split, 1, x2d.stride(0), out.stride(0), 0, 0, bias is not None,
-                     plan.split, cfg.block_m, cfg.block_k, cfg.stages, cfg.warps,
-                     plan.k % cfg.block_k != 0, False, plan.fmt, plan.act),
-                    num_warps=cfg.warps, num_stages=1)
+    args = (x2d, plan.words, plan.words if plan.bwords is None else plan.bwords, plan.sbytes, b,
+            out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1, x2d.stride(0),
+            out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m, cfg.block_k,
+            cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt, plan.act)
+    compiled = launcher.launch(_wgmma_linear_kernel, key, grid, args, num_warps=cfg.warps,
+                               num_stages=1)
+    if direct and stream is not None and compiled is not None and aligned(out) and \
+            not torch.cuda.is_current_stream_capturing():  # capture: the workspace is the graph's
+        plan.fast[stream] = launcher.Bound(compiled, grid, args, _PER_CALL)
+
+
+# run_wgmma's per-call arguments of the kernel: x, out, M, x's and out's row strides
+_PER_CALL = (0, 5, 11, 16, 17)
 
 
 __all__ = ["FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows", "run_wgmma", "unavailable",

@@ -48,7 +48,7 @@ def tile_table(expert_of_row: Tensor, num_experts: int, block_m: int, slots: int
 
 def table_slots(rows: int, num_experts: int, block_m: int) -> int:
     """The tile table's length: an upper bound on the M tiles of `rows` rows over the experts."""
-    return triton.cdiv(rows, block_m) + min(num_experts, rows)
+    return launcher.cdiv(rows, block_m) + min(num_experts, rows)
 
 
 def sort_rows_torch(topk_ids: Tensor, topk_weights: Tensor, num_experts: int,
@@ -154,7 +154,7 @@ def combine(weighted: Tensor, out_dtype: torch.dtype) -> Tensor:
     tokens, top_k, n = weighted.shape
     out = torch.empty((tokens, n), dtype=out_dtype, device=weighted.device)
     if tokens and n:
-        launcher.launch_auto(_combine_kernel, (tokens, triton.cdiv(n, _COMBINE_BLOCK)),
+        launcher.launch_auto(_combine_kernel, (tokens, launcher.cdiv(n, _COMBINE_BLOCK)),
                              (weighted, bits_view(out), n, top_k, KIND_OF_DTYPE[out_dtype],
                               not _INTERPRETED, _COMBINE_BLOCK), num_warps=4)
     return out

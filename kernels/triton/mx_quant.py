@@ -187,7 +187,7 @@ def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -
         tile, extra = INTERPRETER_TILE, {}
     else:
         tile, extra = GPU_TILE, {"num_warps": GPU_WARPS}
-    grid = (triton.cdiv(r, tile["BLOCK_R"]), triton.cdiv(k, tile["BLOCK_K"]))
+    grid = (launcher.cdiv(r, tile["BLOCK_R"]), launcher.cdiv(k, tile["BLOCK_K"]))
     named = dict(consts, **tile)
     head = (*ptrs, r, k, *strides)
     args = head + tuple(named[name] for name in kernel.arg_names[len(head):])
@@ -336,7 +336,7 @@ class QdqPlan:
         r, k = x2d.shape
         out = torch.empty((r, k), dtype=x2d.dtype, device=x2d.device)
         if r and k:
-            grid = (triton.cdiv(r, self.tile["BLOCK_R"]), triton.cdiv(k, self.tile["BLOCK_K"]))
+            grid = (-(-r // self.tile["BLOCK_R"]), -(-k // self.tile["BLOCK_K"]))
             xb, ob = bits_view(x2d), bits_view(out)
             sx = x2d.stride(0)
             launcher.launch(_qdq_kernel, (self.key, launcher.aligned(xb), r == 1, r % 16 == 0,

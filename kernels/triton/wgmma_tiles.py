@@ -4,17 +4,22 @@ output store, and the activation QDQ of W*A* layers done inside the kernel (`fus
 Why the fused QDQ: an eager W4A4 call was two launches and two allocations (the QDQ kernel,
 then the GEMM): QdqPlan cost 17 us of the H200 host's time on top of W4A16's 22.7 us a call
 (docs/benchmarks.md part 5), while at small M each program re-doing the QDQ of the few x rows
-it reads costs little. Its steps are `mx_codec.qdq_blocks`, the function mx_quant's QDQ kernel
-runs, so the bits are the dispatcher's by construction (checked on the GPU against the
-reference and against the unfused path, bit for bit).
+it reads was expected to cost little. Measured (H200 2026-12-02, tools/gpu_sweeps.sh), it does
+not: graph 35.2 us against 18.5 for QDQ launch + GEMM at M = 1 on 8192^2 (94 against 45.5 on
+28672 x 8192), eager no better: each program's x tile QDQ sits between the tile's copy and its
+wgmma, in every program, so the table leaves it off. Its steps are `mx_codec.qdq_blocks`, the
+function mx_quant's QDQ kernel runs, so the bits are the dispatcher's by construction (checked
+on the GPU against the reference and against the unfused path, bit for bit).
 
-ACT_VERIFIED gates it as linear_wgmma's gates do: set once
-test_fused_activation_qdq_is_the_dispatchers passes in a whole-suite run on an H200; until then
-`linear_wgmma.unavailable` refuses a `fuse_act` config for W*A* calls with that reason.
+ACT_VERIFIED gates it as linear_wgmma's gates do: test_fused_activation_qdq_is_the_dispatchers
+passed in the whole-suite H200 run of commit 19d2a90 (2026-12-02 02:53 UTC).
 """
 from __future__ import annotations
 
 from typing import Optional
+
+import torch
+from torch import Tensor
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -25,8 +30,7 @@ from kernels.spec.contract import QuantKey
 from kernels.spec.formats import get_format
 from kernels.triton.mx_codec import ROUNDING_CODE, format_constexprs, qdq_blocks
 
-# written 2026-12-02 with no device time left: compiled for sm_90a here, not yet run on a GPU
-ACT_VERIFIED = False
+ACT_VERIFIED = True
 
 # triton 3.6 (the H200) names it async_copy_global_to_shared; 3.9 (CPU CI) async_load
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -96,5 +100,14 @@ def qdq_x_tile(src, dst, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, WARPS: gl
     dst.store(gl.reshape(q, [BLOCK_M, BLOCK_K]).to(gl.bfloat16))
 
 
-__all__ = ["ACT_VERIFIED", "act_facts", "copy_tile", "cta_barrier", "qdq_x_tile", "store_out",
-           "x_mask"]
+def copyable_rows(x2d: Tensor) -> Tensor:
+    """x2d, or an aligned copy of it: cp.async copies x in 16-byte vectors, which needs rows
+    Triton knows to be 16-element aligned (a row stride of 8 mod 16 does not compile); a view
+    at an odd offset or row stride is copied."""
+    if x2d.data_ptr() % 16 or x2d.stride(0) % 16:
+        return x2d.clone(memory_format=torch.contiguous_format)
+    return x2d
+
+
+__all__ = ["ACT_VERIFIED", "act_facts", "copy_tile", "copyable_rows", "cta_barrier", "qdq_x_tile",
+           "store_out", "x_mask"]

@@ -153,6 +153,7 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
             seen.append((grid, dict(zip(names, args))))
 
     monkeypatch.setattr(launcher_mod, "launch", record)
+    monkeypatch.setattr(launcher_mod, "current_stream", lambda device: None)  # the general path
     monkeypatch.setattr(lw, "unavailable", lambda *a, **k: None)
     monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
     monkeypatch.setattr(le, "_INTERPRETED", False)  # (CI sets TRITON_INTERPRET)
@@ -186,6 +187,67 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
                                         torch.ones(30, 1), torch.float32, {}, cfg)
         grid, args = seen.pop()
         assert grid[0] == -(-(n // 2) // (16 * warps)) and args["GROUPED"] and not args["ACT"]
+
+
+def test_later_calls_launch_the_first_calls_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a plan's first call on a stream, its calls go through a `launcher.Bound` (weight,
+    workspace and constants fixed as ints): each must pass what the general path passes, with
+    this call's x, out, M and strides; a call with bias, or where `current_stream` says no (a
+    profiler's hooks, another device), takes the general path. Run here with the compiled
+    kernel's launcher recorded."""
+    names = lw._wgmma_linear_kernel.arg_names
+    general: list = []
+    bound: list = []
+
+    class Compiled:  # what launcher.launch returns on a GPU, its launcher recorded
+        function, packed_metadata = 11, ("meta",)
+
+        @staticmethod
+        def run(*a):
+            bound.append(a)
+
+    def record(fn, key_, grid, args, num_warps, num_stages, **kw):
+        if fn is lw._wgmma_linear_kernel:
+            general.append(dict(zip(names, args)))
+            return Compiled
+        return None
+
+    streams = {"now": 5}
+    monkeypatch.setattr(launcher_mod, "launch", record)
+    monkeypatch.setattr(launcher_mod, "current_stream", lambda device: streams["now"])
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(lw, "unavailable", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_INTERPRETED", False)
+    gen = torch.Generator().manual_seed(3)
+    n, k = 200, 1024
+    for akey in (None, key("mxfp4", static=False)):  # W4A4: the QDQ'd x is what is passed
+        prepared = KERNEL.prepare(fp4_weight(n, k, gen),
+                                  SchemeContract(weight=key("mxfp4"), activation=akey))
+        fused_linear(torch.randn(9, k).to(torch.bfloat16), prepared)
+        first = general.pop()
+        for m in (13, 16, 10):
+            x = torch.randn(m, k).to(torch.bfloat16)
+            out = fused_linear(x, prepared)
+            assert not general, "a later call took the general path"
+            grid_and_stream, args = bound[-1][:4], bound[-1][9:]
+            assert grid_and_stream[1:] == (1, first["SPLIT"], 5) and len(args) == len(names)
+            got = dict(zip(names, args))
+            assert got["out_ptr"] == out.data_ptr() and got["M"] == m and got["stride_o"] == n
+            if akey is None:
+                assert got["x_ptr"] == x.data_ptr() and got["stride_x"] == k
+            for name, value in first.items():
+                if name not in ("x_ptr", "out_ptr", "M", "stride_x", "stride_o"):
+                    want = value.data_ptr() if isinstance(value, torch.Tensor) else value
+                    assert got[name] == want, name
+        calls = len(bound)
+        fused_linear(torch.randn(3, k).to(torch.bfloat16), prepared,
+                     torch.zeros(n, dtype=torch.bfloat16))  # bias: the general path
+        streams["now"] = None  # hooks set, or another device current
+        fused_linear(torch.randn(3, k).to(torch.bfloat16), prepared)
+        assert len(general) == 2 and len(bound) == calls
+        streams["now"] = 5
+        general.clear()
 
 
 COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split-K on / off
@@ -428,6 +490,41 @@ def test_wgmma_replays_in_a_cuda_graph() -> None:
     graph.replay()
     assert torch.equal(captured, fused_linear(x, prepared))
     assert not torch.equal(captured, eager)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"])
+def test_bound_launches_give_the_general_paths_bits(fmt: str) -> None:
+    """Calls after a plan's first go through its `launcher.Bound` (pointers as ints, per
+    stream): bit for bit what the general path (a forced config: a fresh plan each call) gives,
+    for the table's rows at every M bucket, W*A16 and W*A*, on the default and a side stream."""
+    gen = torch.Generator().manual_seed(len(fmt) + 1)
+    n, k = 200, 1024
+    w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
+        fmt, lambda n_, k_, g: fp6_weight(fmt, n_, k_, "packed", g))(n, k, gen).to("cuda")
+    side = torch.cuda.Stream()
+    for akey in (None, key(fmt, static=False)):
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=akey))
+        for m in (1, 1, 9, 16, 30, 64, 33, 100, 128, 128):
+            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+            for stream in (torch.cuda.current_stream(), side):
+                stream.wait_stream(torch.cuda.current_stream())  # x is ready
+                with torch.cuda.stream(stream):
+                    out = fused_linear(x, prepared)
+                    plan = table_plan(prepared, m)
+                    if plan.wgmma is None:  # (mxfp8 at M = 128 on N < 8192: dequant-gemm)
+                        continue
+                    want = fused_linear(x, prepared, strategy="wgmma", config=plan.cfg)
+                stream.synchronize()
+                assert same_values(out, want), (fmt, akey, m)
+                assert close(out, reference_bf16(x, prepared)), (fmt, akey, m)
+            assert plan.wgmma is None or len(plan.wgmma.fast) == 2, "a Bound per stream"
+
+
+def table_plan(prepared, m: int):
+    """The cached table plan of a prepared weight for M rows (bf16 in and out, no bias)."""
+    plans = prepared.cache[le._CACHE_KEY]["plans"]
+    return next(p for (bucket, *_), p in plans.items() if bucket == linear_configs.m_bucket(m))
 
 
 @gpu

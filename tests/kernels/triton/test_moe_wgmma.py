@@ -78,13 +78,15 @@ def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, 
 def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
     for rows, e, block_m in ((2, 8, 8), (32, 8, 8), (96, 64, 8), (512, 8, 64), (4096, 8, 128),
                              (100, 1, 128)):
-        cfg = moe_wgmma.config_for(rows, e)
-        assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False), (rows, e)
-        six = moe_wgmma.config_for(rows, e, "mxfp6_e3m2")  # mxfp6: the table's own rows
-        assert six == linear_configs.config_for("wgmma", "other", block_m, False), (rows, e)
+        for n in (2048, 28672):  # the table's shape classes (n_min) hold for experts too
+            cfg = moe_wgmma.config_for(rows, e, "mxfp4", n)
+            assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False, n=n), (rows, e)
+            six = moe_wgmma.config_for(rows, e, "mxfp6_e3m2", n)  # mxfp6: the table's own rows
+            assert six == linear_configs.config_for("wgmma", "other", block_m, False, n=n), \
+                (rows, e)
 
 
-def test_unavailable_says_why() -> None:
+def test_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     w = experts(2, 64, 256, torch.Generator().manual_seed(1))
     x = torch.zeros(3, 256, dtype=torch.bfloat16)
     assert moe_wgmma.unavailable(x.float(), w, None) == "bf16 tokens only"
@@ -100,6 +102,7 @@ def test_unavailable_says_why() -> None:
     assert moe_wgmma.unavailable(x, w, A_MXFP4) == "needs an NVIDIA GPU"
     two = linear_wgmma.WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8)
     ids = torch.zeros(3, 1, dtype=torch.int64)
+    monkeypatch.setattr(linear_wgmma, "WARPS_VERIFIED", (4,))  # the gate, where it is shut
     with pytest.raises(ValueError, match=r"warps=8 \(two warpgroups\): written, not yet verified"):
         moe_wgmma.grouped_experts_wgmma(x, w, None, ids, ids.float(), torch.bfloat16, {}, two)
 

@@ -30,23 +30,39 @@ def float_dir(tmp_path_factory):
     return save_float(tiny_llama(), str(tmp_path_factory.mktemp("float") / "in"))
 
 
-def test_same_tensors_as_quantize_model_and_the_loader_reads_them(float_dir, tmp_path):
-    report = quantize_checkpoint(float_dir, tmp_path / "out", "w_mxfp4",
-                                 format="compressed-tensors", progress=False)
-    assert report.layers == 14 and len(report.shards) > 2 and not report.resumed
+@pytest.fixture(scope="module")
+def quantized(float_dir, tmp_path_factory):
+    """(report, output dir, the in-memory model quantize_model made) for w_mxfp4."""
+    out = tmp_path_factory.mktemp("quantized")
+    report = quantize_checkpoint(float_dir, out / "out", "w_mxfp4", format="compressed-tensors",
+                                 progress=False)
     model = tiny_llama()
     quantize_model(model, "w_mxfp4", ignore=["lm_head"])
-    save_checkpoint(model, tmp_path / "ref", "compressed-tensors")
-    ours, ref = read_all_tensors(tmp_path / "out"), read_all_tensors(tmp_path / "ref")
+    save_checkpoint(model, out / "ref", "compressed-tensors")
+    return report, out, model
+
+
+def test_same_tensors_as_quantize_model(quantized):
+    report, out, _ = quantized
+    assert report.layers == 14 and len(report.shards) > 2 and not report.resumed
+    ours, ref = read_all_tensors(out / "out"), read_all_tensors(out / "ref")
     assert set(ours) == set(ref)
     for key in ref:
         assert same_bits(ours[key], ref[key]), key
-    assert json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"] == \
-        json.loads((tmp_path / "ref" / "config.json").read_text())["quantization_config"]
-    assert (tmp_path / "out" / "generation_config.json").is_file()
-    assert not (tmp_path / "out" / MANIFEST).exists()
+    assert json.loads((out / "out" / "config.json").read_text())["quantization_config"] == \
+        json.loads((out / "ref" / "config.json").read_text())["quantization_config"]
+    assert (out / "out" / "generation_config.json").is_file()
+    assert not (out / "out" / MANIFEST).exists()
+
+
+def test_the_compressed_tensors_loader_reads_it(quantized):
+    """transformers reads compressed-tensors checkpoints only with compressed-tensors installed
+    (the `producers` extra; the GPU image has transformers alone)."""
+    pytest.importorskip("compressed_tensors")
     from transformers import CompressedTensorsConfig
-    loaded = load_with_transformers(str(tmp_path / "out"),
+
+    _, out, model = quantized
+    loaded = load_with_transformers(str(out / "out"),
                                     quantization_config=CompressedTensorsConfig(dequantize=True))
     q = model.model.layers[1].mlp.down_proj
     assert same_bits(loaded.model.layers[1].mlp.down_proj.weight,
