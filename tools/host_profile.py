@@ -35,7 +35,7 @@ SCHEMES = ("w_mxfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e3m2", "w_mxfp8_e4m3")
 
 
 def host_us(fn: Callable[[], object], calls: int = 2000) -> float:
-    """Host microseconds a call: a loop of calls without syncs (GPU work shorter than the host's)."""
+    """Host us a call: a loop of calls without syncs (GPU work shorter than the host's)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
@@ -54,7 +54,8 @@ def layer(scheme: str, n: int, k: int) -> torch.nn.Module:
 
 
 def captured_launch(mod: torch.nn.Module, x: torch.Tensor) -> tuple:
-    """(fn, key, grid, args, options) of the last Triton launch one forward makes."""
+    """(fn, key, grid, args, options) of the last Triton launch the layer's first forward makes
+    (later ones go through the plan's launcher.Bound)."""
     seen = []
     real = launcher.launch
 
@@ -71,7 +72,8 @@ def captured_launch(mod: torch.nn.Module, x: torch.Tensor) -> tuple:
 
 
 def launcher_rows(mod: torch.nn.Module, x: torch.Tensor) -> list[tuple[str, float]]:
-    """The launch alone: through launcher.launch, the compiled launcher with tensors, with ints."""
+    """The launch alone: through launcher.launch, the compiled launcher with tensors, with ints
+    (what launcher.Bound passes)."""
     from triton.runtime import driver
 
     fn, key, grid, args, kw = captured_launch(mod, x)
@@ -116,7 +118,7 @@ def main() -> None:
             x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
             rows.append((f"MXLinear {s} M={m} ({mod.kernel_name})",
                          host_us(lambda mod=mod, x=x: mod(x))))
-    rows += launcher_rows(small["w_mxfp4"], x1)
+    rows += launcher_rows(layer("w_mxfp4", 1024, 1024), x1)  # a fresh layer: its first call
     print("\n| host piece (1024 x 1024) | us a call |\n|---|---:|")
     for name, us in rows:
         print(f"| {name} | {us:.1f} |")

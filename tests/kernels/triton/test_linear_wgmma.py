@@ -514,7 +514,7 @@ def test_bound_launches_give_the_general_paths_bits(fmt: str) -> None:
                     plan = table_plan(prepared, m)
                     if plan.wgmma is None:  # (mxfp8 at M = 128 on N < 8192: dequant-gemm)
                         continue
-                    want = fused_linear(x, prepared, strategy="wgmma", config=plan.cfg)
+                    want = fused_linear(x, prepared, strategy="wgmma", config=plan.config)
                 stream.synchronize()
                 assert same_values(out, want), (fmt, akey, m)
                 assert close(out, reference_bf16(x, prepared)), (fmt, akey, m)
