@@ -193,7 +193,7 @@ def _act_qdq(prepared: PreparedWeight, consts: dict, x: Tensor, k: int,
         return None
     key = prepared.contract.activation
     if key in MX_DYNAMIC_KEYS:  # its kernel, planned: no per-call checks
-        return mx_quant.QdqPlan(key.format, key.scale.rounding, x.dtype, k)
+        return mx_quant.QdqPlan(key.format, key.scale.rounding, x.dtype, k, keep_launches=True)
     return functools.partial(activation_qdq(key, backend="triton-qdq"),
                              act_scale=prepared.act_scale)
 

@@ -247,3 +247,43 @@ def test_bad_inputs_raise_clear_errors() -> None:
         tri.dequantize(data, scales, fmt, "packed", 128, torch.float32)
     with pytest.raises(ValueError, match="out_dtype"):
         tri.dequantize(data, scales, fmt, "packed", 64, torch.int32)
+
+
+def test_a_kept_qdq_plan_launches_later_calls_with_the_first_calls_arguments(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """QdqPlan(keep_launches=True), the linear layers' activation QDQ: a call with rows and row
+    stride seen before on the stream goes through a `launcher.Bound` passing exactly what the
+    general path passes, this call's x and out pointers in place of the first's; new rows, a
+    new stride or no stream (hooks set) take the general path. Launches recorded, not made."""
+    from kernels.triton import launcher
+
+    general: list = []
+    bound: list = []
+
+    class Compiled:
+        function, packed_metadata = 3, ("meta",)
+
+        @staticmethod
+        def run(*a):
+            bound.append(a[9:])
+
+    def record(fn, key, grid, args, **kw):
+        general.append(args)
+        return Compiled
+
+    streams = {"now": 2}
+    monkeypatch.setattr(_tri, "_INTERPRETED", False)
+    monkeypatch.setattr(launcher, "launch", record)
+    monkeypatch.setattr(launcher, "current_stream", lambda device: streams["now"])
+    plan = _tri.QdqPlan("mxfp4", "even", torch.bfloat16, 256, keep_launches=True)
+    plan(torch.zeros(5, 256, dtype=torch.bfloat16))
+    first = general[-1]
+    x = torch.ones(5, 256, dtype=torch.bfloat16)
+    out = plan(x)
+    assert len(general) == 1 and bound[-1] == (x.data_ptr(), out.data_ptr()) + tuple(first[2:])
+    plan(torch.zeros(6, 256, dtype=torch.bfloat16))  # other rows: its own specialization
+    plan(torch.zeros(5, 512, dtype=torch.bfloat16)[:, :256])  # another row stride
+    streams["now"] = None
+    plan(torch.zeros(5, 256, dtype=torch.bfloat16))
+    assert len(general) == 4 and len(bound) == 1
+    assert _tri.QdqPlan("mxfp4", "even", torch.bfloat16, 256).fast is None  # qdq(): not kept
