@@ -59,13 +59,20 @@ def forced_config(cfg):
     if cfg is None:
         yield
         return
-    saved = moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED
+    saved = moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED
     moe_wgmma.config_for = lambda *a, **kw: cfg
-    linear_wgmma.WARPS_VERIFIED = (4, 8)
+    linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED = (4, 8), True
     try:
         yield
     finally:
-        moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED = saved
+        moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED = saved
+
+
+def forced_spec(spec: str) -> WgmmaConfig:
+    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k]] -> its WgmmaConfig."""
+    v = [int(t) for t in spec.split(":")]
+    return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
+                       sub_k=v[6] if len(v) > 6 else 1)
 
 
 def timed(fn, dev) -> tuple[float, str]:
@@ -88,12 +95,11 @@ def main() -> None:
                     help="backends timed (each checked against the reference first)")
     ap.add_argument("--wgmma", default="",
                     help="also time the triton backend with each of these wgmma configs forced, "
-                    "block_m:block_k:split:stages:warps (gated ones too: every row is checked "
-                    "against the reference)")
+                    "block_m:block_k:split:stages:warps[:maxnreg[:sub_k]] (gated ones too: "
+                    "every row is checked against the reference)")
     args = ap.parse_args()
     dev = "cuda"
-    forced = [WgmmaConfig(*map(int, c.split(":")[:4]), warps=int(c.split(":")[4]))
-              for c in args.wgmma.split(",") if c]
+    forced = [forced_spec(c) for c in args.wgmma.split(",") if c]
     g = torch.Generator(device=dev).manual_seed(0)
     w = torch.randn(args.experts, args.n, args.k, device=dev, generator=g,
                     dtype=torch.bfloat16) * 0.05
@@ -120,7 +126,8 @@ def main() -> None:
                     err = float((out - ref).norm() / ref.norm())
                     us, how = timed(lambda: layer[b](x, logits, args.top_k), dev)
                 label = b if cfg is None else f"{b} wgmma {cfg.block_m}x{cfg.block_k} " \
-                    f"s{cfg.split} st{cfg.stages} w{cfg.warps}"
+                    f"s{cfg.split} st{cfg.stages} w{cfg.warps}" \
+                    f"{f' r{cfg.maxnreg}' if cfg.maxnreg else ''}{' sub2' if cfg.sub_k == 2 else ''}"
                 print(f"| {name} | {t} | {label} | {us:.1f} | {how} | {base:.1f} ({how_b}) | "
                       f"{base / us:.2f} | {err:.1e} | {berr:.1e} |", flush=True)
 

@@ -150,9 +150,32 @@ def wgmma_configs(m: int, quick: bool) -> list[WgmmaConfig]:
     return [WgmmaConfig(block_m, *g) for g in (grid[:2] if quick else grid)]
 
 
+def occupancy_configs(m: int) -> list[WgmmaConfig]:
+    """The "occupancy" grid (2026-12-02): K tiles in halves (sub_k 2: one half decoded under
+    the other's wgmma) and, at M >= 64, more CTAs an SM — two warpgroups capped at 128
+    registers a thread with 2 stages (2 CTAs an SM instead of 1: ptxas -v, sm_90a) and one
+    warpgroup with 2 stages (3 instead of 2) — beside the table's rows."""
+    W = WgmmaConfig
+    grid = {8: [W(8, 256, 2, 3, sub_k=2), W(8, 256, 2, 4, sub_k=2)],
+            16: [W(16, 128, 2, 4, sub_k=2), W(16, 256, 2, 3, sub_k=2)],
+            32: [W(32, 128, 2, 4, sub_k=2), W(32, 128, 2, 3, warps=8, maxnreg=128),
+                 W(32, 128, 4, 2, warps=8, maxnreg=128)],
+            64: [W(64, 128, 2, 3, sub_k=2), W(64, 128, 2, 2), W(64, 128, 2, 2, warps=8,
+                 maxnreg=128), W(64, 128, 4, 2, warps=8, maxnreg=128),
+                 W(64, 128, 2, 3, warps=8, maxnreg=128), W(64, 128, 2, 2, warps=8,
+                 maxnreg=128, sub_k=2)],
+            128: [W(128, 128, 2, 3, sub_k=2), W(128, 128, 2, 2), W(128, 128, 4, 2),
+                  W(128, 128, 2, 2, sub_k=2), W(128, 128, 2, 2, warps=8, maxnreg=128),
+                  W(128, 128, 4, 2, warps=8, maxnreg=128), W(128, 128, 1, 2, warps=8,
+                  maxnreg=128), W(128, 128, 2, 2, warps=8, maxnreg=128, sub_k=2),
+                  W(128, 128, 2, 3, warps=8, sub_k=2)]}
+    return grid[next(b for b in BLOCK_M_VERIFIED if b >= m)]
+
+
 def wgmma_name(c: WgmmaConfig) -> str:
     return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
-            f"{' fused-act' if c.fuse_act else ''}")
+            f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
+            f"{f' r{c.maxnreg}' if c.maxnreg else ''}")
 
 
 def main() -> None:
@@ -160,9 +183,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
     ap.add_argument("--parts", default="wgmma,mma,decode,large,dot,fp8,others")
-    ap.add_argument("--wgmma-grid", default="all", choices=("all", "warps8", "fused"),
+    ap.add_argument("--wgmma-grid", default="all", choices=("all", "warps8", "fused", "occupancy"),
                     help="wgmma variants: the whole grid, only two-warpgroup ones, or only the "
-                    "fused-QDQ twins of the bucket's first two (beside the table's own pick)")
+                    "fused-QDQ twins of the bucket's first two, or the occupancy grid (K halves, "
+                    "register caps; beside the table's own pick)")
     ap.add_argument("--eager", action="store_true",
                     help="also time each variant eager (host time included)")
     ap.add_argument("--ms", help="comma-separated M values of the main sweep (default: "
@@ -177,6 +201,7 @@ def main() -> None:
     linear_wgmma.WARPS_VERIFIED = (4, 8)
     wgmma_tiles.ACT_VERIFIED = True
     linear_wgmma.FP8_VERIFIED = True
+    linear_wgmma.SUB_K_VERIFIED = True
     rows: list[dict] = []
     t0 = time.time()
     print(f"{torch.cuda.get_device_name()} copy {copy_bandwidth(dev):.3f} TB/s", flush=True)
@@ -218,7 +243,8 @@ def main() -> None:
                     fused = [dataclasses.replace(c, fuse_act=True) for c in cfgs[:2]] \
                         if a is not None and m <= 16 else []  # W*A*: the QDQ in the kernel
                     cfgs = {"all": cfgs + fused, "fused": fused,
-                            "warps8": [c for c in cfgs if c.warps == 8]}[args.wgmma_grid]
+                            "warps8": [c for c in cfgs if c.warps == 8],
+                            "occupancy": occupancy_configs(m)}[args.wgmma_grid]
                     variants += [(wgmma_name(c), lambda x, p, c=c: fused_linear(
                         x, p, strategy="wgmma", config=c)) for c in cfgs]
                 if m <= 128 and "mma" in parts:

@@ -55,7 +55,8 @@ from kernels.triton.fp8_words import fp8_fits, wgmma_layout_fp8
 from kernels.triton.launcher import aligned
 from kernels.triton.linear_decode import checked_once, fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
-from kernels.triton.wgmma_decode import along, decode_fp4, decode_fp6, decode_fp8, x_copy_layout
+from kernels.triton.wgmma_decode import (along, decode_fp4, decode_fp6, decode_fp8, fp6_operands,
+                                         halves, scale_word, x_copy_layout)
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import (copy_tile, copyable_rows, cta_barrier, qdq_x_tile,
                                         store_out, x_mask)
@@ -68,7 +69,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
                          K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
-                         ACT: gl.constexpr):
+                         ACT: gl.constexpr, SUB_K: gl.constexpr = 1):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
@@ -167,23 +168,38 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
             qdq_x_tile(xb, xq_smem, BLOCK_M, BLOCK_K, WARPS, ACT)
             fence_async_shared()
             xb = xq_smem
+        words = w_smem.index(cur).load(WL)
+        sword = scale_word(s_smem.index(cur).load(SL), words)
         if FMT == 3:
-            a = decode_fp8(w_smem.index(cur).load(WL), b_smem.index(cur).load(WL),
-                           s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A)
+            bw = b_smem.index(cur).load(WL)
+            base = bw
         elif FMT:
-            a = decode_fp6(w_smem.index(cur).load(WL), b_smem.index(cur).load(BL),
-                           s_smem.index(cur).load(SL), BLOCK_N, BLOCK_K, A, WL, FMT)
+            bw, base = fp6_operands(words, b_smem.index(cur).load(BL), WL, FMT)
         else:
-            a = decode_fp4(w_smem.index(cur).load(WL), s_smem.index(cur).load(SL), BLOCK_N,
-                           BLOCK_K, A)
+            bw, base = words, words
         if len(ACT) > 0:
             cta_barrier()  # every warp's QDQ stores are in before the wgmma reads them
-        acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
-        # Retired at once: wgmma reads its A registers while in flight and ptxas (CUDA 12.8 /
-        # 13.0) does not keep them from being reused across the loop's back edge (the SASS of
-        # a wait(1) version writes them at the loop's top; H200: wrong sums at block_m 64 / 128
-        # and wherever 2+ CTAs share an SM). Overlap comes from the CTAs sharing the SM.
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+        if SUB_K == 1:
+            a = _decode(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
+            acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
+            # Retired at once: wgmma reads its A registers while in flight and ptxas (CUDA
+            # 12.8 / 13.0) does not keep them from being reused across the loop's back edge
+            # (the SASS of a wait(1) version writes them at the loop's top; H200: wrong sums at
+            # block_m 64 / 128 and wherever 2+ CTAs share an SM). Overlap comes from the CTAs
+            # sharing the SM, and (SUB_K 2) from the halves below.
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+        else:  # the second half's decode runs under the first half's wgmma; both A halves
+            # stay live (the wait's deps) until the wait retires both, within the iteration
+            w0, w1 = halves(words, NBH)
+            b0, b1 = halves(bw, NBH)
+            r0, r1 = halves(base, NBH)
+            s0, s1 = halves(sword, NBH)
+            HK: gl.constexpr = BLOCK_K // 2
+            a0 = _decode(w0, b0, r0, s0, BLOCK_N, HK, A, FMT)
+            acc = warpgroup_mma(a0, xb.slice(0, HK, dim=1).permute((1, 0)), acc, is_async=True)
+            a1 = _decode(w1, b1, r1, s1, BLOCK_N, HK, A, FMT)
+            acc = warpgroup_mma(a1, xb.slice(HK, HK, dim=1).permute((1, 0)), acc, is_async=True)
+            acc, a0, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a0, a1])
     async_copy.wait_group(0)
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -207,6 +223,18 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                    rw_ptr, HAS_BIAS, GROUPED)
 
 
+@gluon.jit
+def _decode(words, bw, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+            A: gl.constexpr, FMT: gl.constexpr):
+    """A K tile's (or half's) A operand from its per-thread operands, by weight format."""
+    if FMT == 3:
+        return decode_fp8(words, bw, sword, BLOCK_N, BLOCK_K, A)
+    elif FMT:
+        return decode_fp6(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
+    else:
+        return decode_fp4(words, sword, BLOCK_N, BLOCK_K, A)
+
+
 # wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
 # the 2026-12-01 sweeps, N x K 200 x 1024 and 28672 x 8192, three calls each, bit-identical).
 BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
@@ -226,6 +254,9 @@ FP8_VERIFIED = True
 # program's copies (M = 128, block_k 128: 32 KB of x against 4 KB of weight a K tile); the
 # table takes it where measured faster (wide layers at M = 64, mxfp6 / mxfp8 at M = 128).
 WARPS_VERIFIED = (4, 8)
+# Each K tile as two halves, the second's decode under the first's wgmma (SUB_K 2): written
+# 2026-12-02; gated until test_split_k_tiles_match_the_reference passes on the H200.
+SUB_K_VERIFIED = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +268,8 @@ class WgmmaConfig:
     max_tiles: int = 0  # split-K only while output tiles <= this (0: always); data, not a rule
     warps: int = WGMMA_WARPS  # 4 or 8: 16 weight rows a warp (WARPS_VERIFIED)
     fuse_act: bool = False  # W*A* with a dynamic MX key: the x tile's QDQ in the kernel
+    sub_k: int = 1  # 2: each K tile in two halves, one decoded under the other's wgmma
+    maxnreg: int = 0  # a register cap a thread (0: ptxas' choice): two 8-warp CTAs an SM at 128
 
     def __post_init__(self) -> None:
         if self.block_m not in BLOCK_M_VERIFIED:
@@ -249,6 +282,9 @@ class WgmmaConfig:
         if self.warps not in (4, 8):
             raise ValueError(f"WgmmaConfig: warps={self.warps} is not 4 or 8 (one or two "
                              "warpgroups)")
+        if self.sub_k not in (1, 2) or not (self.maxnreg == 0 or 64 <= self.maxnreg <= 255):
+            raise ValueError(f"WgmmaConfig: sub_k={self.sub_k} (1 or 2), maxnreg={self.maxnreg} "
+                             "(0, or 64..255 registers a thread)")
 
 
 @dataclass(frozen=True)
@@ -294,6 +330,8 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
         return f"M={m} rows need one M tile (block_m={cfg.block_m})"
     if cfg.warps not in WARPS_VERIFIED:
         return f"warps={cfg.warps} (two warpgroups): written, not yet verified on a GPU"
+    if cfg.sub_k != 1 and not SUB_K_VERIFIED:
+        return "sub_k=2 (K tiles in halves): written, not yet verified on a GPU"
     if cfg.fuse_act and consts.get("ACT_MODE") and not wgmma_tiles.ACT_VERIFIED:
         return "fuse_act (the activation QDQ in the kernel): written, not yet verified on a GPU"
     fmt = weight_format(consts)
@@ -387,9 +425,10 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
     args = (x2d, plan.words, plan.words if plan.bwords is None else plan.bwords, plan.sbytes, b,
             out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1, x2d.stride(0),
             out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m, cfg.block_k,
-            cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt, plan.act)
+            cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt, plan.act,
+            cfg.sub_k)
     compiled = launcher.launch(_wgmma_linear_kernel, key, grid, args, num_warps=cfg.warps,
-                               num_stages=1)
+                               num_stages=1, maxnreg=cfg.maxnreg)
     if direct and stream is not None and compiled is not None and aligned(out) and \
             not torch.cuda.is_current_stream_capturing():  # capture: the workspace is the graph's
         plan.fast[stream] = launcher.Bound(compiled, grid, args, _PER_CALL)

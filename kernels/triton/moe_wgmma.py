@@ -111,6 +111,9 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     if cfg.warps not in linear_wgmma.WARPS_VERIFIED:
         raise ValueError(f"moe_wgmma: warps={cfg.warps} (two warpgroups): written, not yet "
                          "verified on a GPU; use a config of linear_wgmma.WARPS_VERIFIED warps")
+    if cfg.sub_k != 1 and not linear_wgmma.SUB_K_VERIFIED:
+        raise ValueError("moe_wgmma: sub_k=2 (K tiles in halves): written, not yet verified on a "
+                         "GPU; use sub_k=1")
     if not checked_once(cached, "wgmma_scale_fits", lambda: fast_fp4_scale(weight.scales)
                         if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt)):
         raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "
@@ -143,8 +146,9 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
                      rw_sorted,
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
-                     cfg.warps, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt), ()),
-                    num_warps=cfg.warps, num_stages=1)
+                     cfg.warps, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt), (),
+                     cfg.sub_k),
+                    num_warps=cfg.warps, num_stages=1, maxnreg=cfg.maxnreg)
     return combine(weighted.view(tokens, top_k, n), out_dtype)
 
 

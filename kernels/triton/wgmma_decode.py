@@ -59,19 +59,48 @@ def along(n: gl.constexpr, dim: gl.constexpr, RANK: gl.constexpr, L: gl.constexp
 
 
 @gluon.jit
-def decode_fp4(words, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, A: gl.constexpr):
-    """Words [w, g, t, h, b_hi, b_lo] + their scale bytes [w, g, h, b_hi, b_lo] -> the bf16 A
-    operand [BLOCK_N, BLOCK_K] in layout A, with no data movement (the reshape lands on A's own
-    layout)."""
-    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)  # bf16x2 2**(E' - 127), twice
-    sword = gl.broadcast(sword, words)[0]  # the t lanes of a row share the scale bytes
-    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
-        _DECODE, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [words, sword], dtype=(gl.bfloat16,) * 8,
-        is_pure=True, pack=1)
+def scale_word(sbytes, words):
+    """Scale bytes [w, g, h, b_hi, b_lo] -> bf16x2 2**(E' - 127), twice, in the words' shape
+    [w, g, t, h, b_hi, b_lo] (the t lanes of a row share them)."""
+    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)
+    return gl.broadcast(sword, words)[0]
+
+
+@gluon.jit
+def halves(t, NBH: gl.constexpr):
+    """A tile's per-thread operand [w, g, t, h, NBH, 4] (a thread's 32-blocks along K: block
+    4 * b_hi + b_lo) -> its K halves, each [w, g, t, h, 1, 2 * NBH]: register renaming only
+    (both block dims are the thread's own), so the decode of one half can run while the
+    wgmma of the other is in flight (WgmmaConfig.sub_k)."""
+    s0: gl.constexpr = t.shape[0]
+    s1: gl.constexpr = t.shape[1]
+    s2: gl.constexpr = t.shape[2]
+    s3: gl.constexpr = t.shape[3]
+    t = gl.permute(gl.reshape(t, [s0, s1, s2, s3, 2, 2 * NBH]), (0, 1, 2, 3, 5, 4))
+    lo, hi = gl.split(t)
+    return (gl.reshape(lo, [s0, s1, s2, s3, 1, 2 * NBH]),
+            gl.reshape(hi, [s0, s1, s2, s3, 1, 2 * NBH]))
+
+
+@gluon.jit
+def _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+          A: gl.constexpr):
+    """A decoder's 8 outputs a word -> the bf16 A operand [BLOCK_N, BLOCK_K] in layout A, with
+    no data movement (the reshape lands on A's own layout)."""
     t = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)),
                 gl.join(gl.join(o4, o5), gl.join(o6, o7)))  # [w, g, t, h, bh, bl, e, q, c0]
     t = gl.permute(t, (0, 3, 1, 4, 5, 8, 7, 2, 6))  # [w, h, g, bh, bl, c0, q, t, e]
     return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
+
+
+@gluon.jit
+def decode_fp4(words, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, A: gl.constexpr):
+    """Words [w, g, t, h, b_hi, b_lo] + their scale words (`scale_word`) -> the bf16 A operand
+    [BLOCK_N, BLOCK_K] in layout A."""
+    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+        _DECODE, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [words, sword], dtype=(gl.bfloat16,) * 8,
+        is_pure=True, pack=1)
+    return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
 
 
 def _fp6_asm(fmt: str) -> str:
@@ -103,19 +132,24 @@ _ROT_E3M2 = gl.constexpr(B_ROT["mxfp6_e3m2"])
 
 
 @gluon.jit
-def decode_fp6(words, bwords, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-             A: gl.constexpr, WL: gl.constexpr, FMT: gl.constexpr):
-    """mxfp6 (FMT 1: e2m3, 2: e3m2): A words as mxfp4's + B words [w, g, t, h, b_hi, 2] (two
-    blocks each) -> the bf16 A operand, with no data movement (fp6_words: the layout)."""
-    NBH: gl.constexpr = BLOCK_K // 128
-    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)
-    sword = gl.broadcast(sword, words)[0]
-    b = gl.reshape(gl.join(bwords, bwords), [BLOCK_N // 16, 8, 4, 2, NBH, 4])
-    b = gl.convert_layout(b, WL, assert_trivial=True)  # block 2i and 2i + 1 share word i
+def fp6_operands(words, bwords, WL: gl.constexpr, FMT: gl.constexpr):
+    """mxfp6 B words [w, g, t, h, b_hi, 2] (two blocks each) -> (B words, rotation bases), both
+    in the A words' shape and layout WL (block 2i and 2i + 1 share word i)."""
+    s0: gl.constexpr = words.shape[0]
+    s4: gl.constexpr = words.shape[4]
+    b = gl.reshape(gl.join(bwords, bwords), [s0, 8, 4, 2, s4, 4])
+    b = gl.convert_layout(b, WL, assert_trivial=True)
     base = (along(4, 5, 6, WL) % 2) * 8
     if FMT == 2:
         base = base + _ROT_E3M2
-    base = gl.broadcast(base, words)[0]
+    return b, gl.broadcast(base, words)[0]
+
+
+@gluon.jit
+def decode_fp6(words, b, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+               A: gl.constexpr, FMT: gl.constexpr):
+    """mxfp6 (FMT 1: e2m3, 2: e3m2): A words as mxfp4's + B words and rotation bases
+    (`fp6_operands`) + scale words -> the bf16 A operand (fp6_words: the layout)."""
     if FMT == 1:
         o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
             _DECODE_E2M3, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r,r", [words, b, base, sword],
@@ -124,10 +158,7 @@ def decode_fp6(words, bwords, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constex
         o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
             _DECODE_E3M2, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r,r", [words, b, base, sword],
             dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
-    t = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)),
-                gl.join(gl.join(o4, o5), gl.join(o6, o7)))
-    t = gl.permute(t, (0, 3, 1, 4, 5, 8, 7, 2, 6))
-    return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
+    return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
 
 
 def _fp8_asm() -> str:
@@ -148,19 +179,15 @@ _DECODE_E4M3 = gl.constexpr(_fp8_asm())
 
 
 @gluon.jit
-def decode_fp8(words, bwords, sbytes, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+def decode_fp8(words, bwords, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                A: gl.constexpr):
     """mxfp8 e4m3 (FMT 3): A words (codes 0..3 of a thread's 8) + B words (codes 4..7), both in
-    mxfp4's word order -> the bf16 A operand, with no data movement (fp8_words: the layout)."""
-    sword = gl.expand_dims(sbytes.to(gl.int32) * 0x00800080, 2)
-    sword = gl.broadcast(sword, words)[0]
+    mxfp4's word order, + scale words -> the bf16 A operand (fp8_words: the layout)."""
     o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
         _DECODE_E4M3, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, bwords, sword],
         dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
-    t = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)),
-                gl.join(gl.join(o4, o5), gl.join(o6, o7)))
-    t = gl.permute(t, (0, 3, 1, 4, 5, 8, 7, 2, 6))
-    return gl.convert_layout(gl.reshape(t, [BLOCK_N, BLOCK_K]), A, assert_trivial=True)
+    return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
 
 
-__all__ = ["along", "decode_fp4", "decode_fp6", "decode_fp8", "x_copy_layout"]
+__all__ = ["along", "decode_fp4", "decode_fp6", "decode_fp8", "fp6_operands", "halves",
+           "scale_word", "x_copy_layout"]

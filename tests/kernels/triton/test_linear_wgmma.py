@@ -115,6 +115,13 @@ def test_unavailable_says_why() -> None:
         "K=2880 is not a multiple of the K tile 256 (K tails: written, not yet verified on a GPU)"
         if not lw.K_TAIL_VERIFIED else "needs an NVIDIA GPU")
     assert lw.unavailable(cpu, FP4, 512, bf, bf, cfg) == "needs an NVIDIA GPU"
+    halves = lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4, sub_k=2, maxnreg=128)
+    assert lw.unavailable(cpu, FP4, 512, bf, bf, halves) == (
+        "needs an NVIDIA GPU" if lw.SUB_K_VERIFIED else
+        "sub_k=2 (K tiles in halves): written, not yet verified on a GPU")
+    for bad in (dict(sub_k=3), dict(maxnreg=32), dict(maxnreg=256)):
+        with pytest.raises(ValueError, match="sub_k=.* maxnreg="):
+            lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4, **bad)
 
 
 def test_act_facts_are_the_qdq_kernels_constants() -> None:
@@ -267,7 +274,14 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     # mxfp8 e4m3 weights (FMT 3, gated): A and B words; grouped, K tails, two warpgroups
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=3),
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, FMT=3, K_TAIL=True, WARPS=8),
-    dict(BLOCK_M=16, BLOCK_K=128, SPLIT=2, STAGES=4, FMT=3, GROUPED=True, HAS_BIAS=False)]
+    dict(BLOCK_M=16, BLOCK_K=128, SPLIT=2, STAGES=4, FMT=3, GROUPED=True, HAS_BIAS=False),
+    # K tiles in halves (sub_k 2, gated): every format, one and two warpgroups, grouped
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=2, SUB_K=2),
+    dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=1, SUB_K=2, K_TAIL=True),
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=2, FMT=2, WARPS=8, SUB_K=2),
+    dict(BLOCK_M=32, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=3, SUB_K=2),
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=2, WARPS=8, GROUPED=True, HAS_BIAS=False,
+         SUB_K=2)]
 
 
 _COMPILE = """
@@ -305,8 +319,8 @@ print(json.dumps(found))
 
 def compile_consts(case: dict) -> dict:
     """A compile case's constexprs (the defaults, the case, ACT's facts from its key name)."""
-    consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0),
-              **case}
+    consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0,
+                     SUB_K=1), **case}
     fmt, _, rounding = case.get("ACT", "").partition(":")
     consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
     assert bool(consts["ACT"]) == bool(fmt)
@@ -656,6 +670,40 @@ def test_two_warpgroups_match_the_reference(fmt: str, monkeypatch: pytest.Monkey
                 assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split)
                 again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
                 assert torch.equal(again.view(torch.int16), out.view(torch.int16))
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3"))
+def test_k_halves_match_the_reference(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sub_k = 2 (each K tile as two halves, the second decoded under the first's wgmma) and a
+    register cap (maxnreg 128: spills): bit for bit the sub_k = 1 kernel's output (the same
+    wgmmas in the same K order) and close to the reference; every code and scale byte, N and K
+    tails, M 1..128, split-K, one and two warpgroups, block_k 128 / 256, bias, NaN / Inf
+    activations. (Run with sub_k switched on: this test is what switches it on,
+    `SUB_K_VERIFIED`.)"""
+    monkeypatch.setattr(lw, "SUB_K_VERIFIED", True)
+    for n, k in ((200, 1024), (72, 2880)):
+        gen = torch.Generator().manual_seed(n + k + len(fmt))
+        w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
+            fmt, lambda n_, k_, g: fp6_weight(fmt, n_, k_, "packed", g))(n, k, gen).to("cuda")
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None))
+        bias = torch.randn(n, generator=gen).cuda()
+        for m, split, warps, block_k, cap in ((1, 2, 4, 256, 0), (16, 1, 4, 128, 0),
+                                              (100, 2, 8, 128, 128), (128, 4, 4, 128, 0),
+                                              (64, 1, 8, 256, 0), (128, 2, 8, 128, 128)):
+            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+            if m > 1:
+                x[1, 5] = float("inf")
+                x[-1, k - 3] = float("nan")
+            cfg = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=2,
+                                 warps=warps, sub_k=2, maxnreg=cap)
+            whole = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=2,
+                                   warps=warps)
+            for b in (None, bias):
+                out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+                assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split, warps)
+                want = fused_linear(x, prepared, b, strategy="wgmma", config=whole)
+                assert torch.equal(out.view(torch.int16), want.view(torch.int16)), (n, k, m)
 
 
 @gpu
