@@ -37,6 +37,10 @@ _MID_8 = MmaConfig(block_m=64, block_n=128, block_k=128, split=4, warps=8, stage
 _SMALL_GENERIC = MmaConfig(block_m=16, block_n=64, block_k=128, split=4, warps=4, stages=3)
 _GEMV = GemvConfig(block_n=64, block_k=256, split=4, warps=4, stages=3)
 _WGMMA_1 = WgmmaConfig(block_m=8, block_k=256, split=2, stages=3)
+# M = 128 on wide layers (N >= 16384): two warpgroups (the x tile read once for 128 rows), 2
+# stages and 128 registers a thread (ptxas: 128 with ~112 bytes of spills outside the K loop,
+# was 165), so that two CTAs share an SM; no split-K (224 programs on 28672 x 8192)
+_WIDE_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=2, warps=8, maxnreg=128)
 TABLE: tuple[Choice, ...] = (
     # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel, block_m = M's bucket (H200
     # 2026-12-01, .scratch/gpu_wg2.py, graph, cold weights; N x K = 8192^2 / 28672 x 8192 /
@@ -57,6 +61,10 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=4, warps=8),
            n_min=16384),
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
+    # M = 128 on wide layers: two warpgroups capped at 128 registers with 2 stages (two CTAs an
+    # SM, was one), 118.7 us against 136.4 on 28672 x 8192 (H200 2026-12-02 04:31 UTC,
+    # tune_linear --wgmma-grid occupancy); on N = 8192 it loses (52.5 against 42.5 us)
+    Choice("fp4", 128, "wgmma", _WIDE_128, n_min=16384),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
                                             max_tiles=256)),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
@@ -83,6 +91,7 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8),
            n_min=16384),
     Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
+    Choice("fp8", 128, "wgmma", _WIDE_128, n_min=16384),  # 131.1 against 153.8 us (04:31)
     Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3, warps=8,
                                             max_tiles=128), n_min=8192),
     # mxfp8 e5m2 (or e4m3 where wgmma does not apply) via the fp8 convert: M = 1 / 16 / 64
@@ -97,6 +106,14 @@ TABLE: tuple[Choice, ...] = (
     #   M = 64  35.9 / 111 / 108   | 38.7 / 120 / 119     (generic mma: 69.7 / 229 / 239)
     #   M = 128 56.0 / 212 / 181   | 60.7 / 236 / 204     (split 2: 64.7 / 221 / 190; the
     #   dequant-gemm it replaces: 110 / 373 / 364). mxint8 / unpacked fp4: the rows below.
+    # 2026-12-02 04:31 UTC (tune_linear --wgmma-grid occupancy, e3m2): M = 1 on wide layers,
+    # block_k 256 in halves (sub_k 2) 58.9 against 66.8 us on 28672 x 8192 (on N = 8192 it
+    # loses: 22.6 / 61.6 against 21.9 / 60.1); M = 64 in halves 30.3 against 32.5 us on 8192^2
+    # (94.9 / 94.8 on 8192 x 28672); M = 128: wide layers as fp4's 145.2 against 169.2 us, else
+    # one warpgroup, 2 stages, halves 46.8 / 146.2 against 52.7 / 160.7 us (8192^2 / 8192 x
+    # 28672; without halves 46.3 / 151.0)
+    Choice("other", 1, "wgmma", WgmmaConfig(block_m=8, block_k=256, split=2, stages=3, sub_k=2),
+           n_min=16384),
     Choice("other", 1, "wgmma", WgmmaConfig(block_m=8, block_k=128, split=2, stages=4)),
     Choice("other", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
     # M = 32 (the sweep): e2m3 23.4 / 80.1, e3m2 29.7 / 94.7 us (the M = 64 row: 34 / 101, 38 / 115)
@@ -108,9 +125,11 @@ TABLE: tuple[Choice, ...] = (
     # 54.8 / 212.9 / 179.7 | 55.2 / 209.2 / 176.6
     Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3,
                                              warps=8), n_min=16384),
-    Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
-    Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
-                                              warps=8, max_tiles=128), n_min=8192),
+    Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3,
+                                             sub_k=2)),
+    Choice("other", 128, "wgmma", _WIDE_128, n_min=16384),
+    Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2,
+                                              sub_k=2), n_min=8192),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)

@@ -255,8 +255,10 @@ FP8_VERIFIED = True
 # table takes it where measured faster (wide layers at M = 64, mxfp6 / mxfp8 at M = 128).
 WARPS_VERIFIED = (4, 8)
 # Each K tile as two halves, the second's decode under the first's wgmma (SUB_K 2): written
-# 2026-12-02; gated until test_split_k_tiles_match_the_reference passes on the H200.
-SUB_K_VERIFIED = False
+# 2026-12-02; test_k_halves_match_the_reference (every weight format, one and two warpgroups,
+# maxnreg 128, bit-equal to SUB_K 1) and the MoE experts' passed on the H200 at 4c47c1e
+# (triton 3.6.0, 2026-12-02 04:30 UTC; docs/verification.md).
+SUB_K_VERIFIED = True
 
 
 @dataclass(frozen=True)
