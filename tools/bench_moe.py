@@ -59,24 +59,20 @@ def forced_config(cfg):
     if cfg is None:
         yield
         return
-    gates = ("WARPS_VERIFIED", "SUB_K_VERIFIED", "REP_VERIFIED")
-    saved = moe_wgmma.config_for, [getattr(linear_wgmma, g) for g in gates]
+    saved = moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED
     moe_wgmma.config_for = lambda *a, **kw: cfg
-    for g, on in zip(gates, ((4, 8), True, True)):
-        setattr(linear_wgmma, g, on)
+    linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED = (4, 8), True
     try:
         yield
     finally:
-        moe_wgmma.config_for = saved[0]
-        for g, value in zip(gates, saved[1]):
-            setattr(linear_wgmma, g, value)
+        moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED = saved
 
 
 def forced_spec(spec: str) -> WgmmaConfig:
-    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] -> its WgmmaConfig."""
+    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k]] -> its WgmmaConfig."""
     v = [int(t) for t in spec.split(":")]
     return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
-                       sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1)
+                       sub_k=v[6] if len(v) > 6 else 1)
 
 
 def timed(fn, dev) -> tuple[float, str]:
@@ -99,7 +95,7 @@ def main() -> None:
                     help="backends timed (each checked against the reference first)")
     ap.add_argument("--wgmma", default="",
                     help="also time the triton backend with each of these wgmma configs forced, "
-                    "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] (gated ones too: "
+                    "block_m:block_k:split:stages:warps[:maxnreg[:sub_k]] (gated ones too: "
                     "every row is checked against the reference)")
     args = ap.parse_args()
     dev = "cuda"
@@ -131,8 +127,7 @@ def main() -> None:
                     us, how = timed(lambda: layer[b](x, logits, args.top_k), dev)
                 label = b if cfg is None else f"{b} wgmma {cfg.block_m}x{cfg.block_k} " \
                     f"s{cfg.split} st{cfg.stages} w{cfg.warps}" \
-                    f"{f' r{cfg.maxnreg}' if cfg.maxnreg else ''}{' sub2' if cfg.sub_k == 2 else ''}" \
-                    f"{' rep2' if cfg.rep == 2 else ''}"
+                    f"{f' r{cfg.maxnreg}' if cfg.maxnreg else ''}{' sub2' if cfg.sub_k == 2 else ''}"
                 print(f"| {name} | {t} | {label} | {us:.1f} | {how} | {base:.1f} ({how_b}) | "
                       f"{base / us:.2f} | {err:.1e} | {berr:.1e} |", flush=True)
 
