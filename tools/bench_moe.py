@@ -21,12 +21,14 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_linear's config names
 
 from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
 from registry.machine.timing import graph_ms, median_ms  # noqa: E402
 from kernels.triton import linear_wgmma, moe_wgmma  # noqa: E402
 from kernels.triton.linear_wgmma import WgmmaConfig  # noqa: E402
+from tune_linear import wgmma_name  # noqa: E402
 
 
 def bf16_moe(x, w, ids, weights):
@@ -125,9 +127,7 @@ def main() -> None:
                     out = layer[b](x, logits, args.top_k).float()
                     err = float((out - ref).norm() / ref.norm())
                     us, how = timed(lambda: layer[b](x, logits, args.top_k), dev)
-                label = b if cfg is None else f"{b} wgmma {cfg.block_m}x{cfg.block_k} " \
-                    f"s{cfg.split} st{cfg.stages} w{cfg.warps}" \
-                    f"{f' r{cfg.maxnreg}' if cfg.maxnreg else ''}{' sub2' if cfg.sub_k == 2 else ''}"
+                label = b if cfg is None else f"{b} {wgmma_name(cfg)}"
                 print(f"| {name} | {t} | {label} | {us:.1f} | {how} | {base:.1f} ({how_b}) | "
                       f"{base / us:.2f} | {err:.1e} | {berr:.1e} |", flush=True)
 
