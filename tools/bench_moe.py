@@ -61,20 +61,24 @@ def forced_config(cfg):
     if cfg is None:
         yield
         return
-    saved = moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED
+    gates = ("WARPS_VERIFIED", "SUB_K_VERIFIED", "REP_VERIFIED")
+    saved = moe_wgmma.config_for, [getattr(linear_wgmma, g) for g in gates]
     moe_wgmma.config_for = lambda *a, **kw: cfg
-    linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED = (4, 8), True
+    for g, on in zip(gates, ((4, 8), True, True)):
+        setattr(linear_wgmma, g, on)
     try:
         yield
     finally:
-        moe_wgmma.config_for, linear_wgmma.WARPS_VERIFIED, linear_wgmma.SUB_K_VERIFIED = saved
+        moe_wgmma.config_for = saved[0]
+        for g, value in zip(gates, saved[1]):
+            setattr(linear_wgmma, g, value)
 
 
 def forced_spec(spec: str) -> WgmmaConfig:
-    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k]] -> its WgmmaConfig."""
+    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] -> its WgmmaConfig."""
     v = [int(t) for t in spec.split(":")]
     return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
-                       sub_k=v[6] if len(v) > 6 else 1)
+                       sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1)
 
 
 def timed(fn, dev) -> tuple[float, str]:
@@ -97,7 +101,7 @@ def main() -> None:
                     help="backends timed (each checked against the reference first)")
     ap.add_argument("--wgmma", default="",
                     help="also time the triton backend with each of these wgmma configs forced, "
-                    "block_m:block_k:split:stages:warps[:maxnreg[:sub_k]] (gated ones too: "
+                    "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] (gated ones too: "
                     "every row is checked against the reference)")
     args = ap.parse_args()
     dev = "cuda"

@@ -172,10 +172,24 @@ def occupancy_configs(m: int) -> list[WgmmaConfig]:
     return grid[next(b for b in BLOCK_M_VERIFIED if b >= m)]
 
 
+def rep_configs(m: int) -> list[WgmmaConfig]:
+    """The "rep" grid (2026-12-02): 128 weight rows a warpgroup (rep 2: two wgmmas a K step on
+    one x tile, half the programs re-reading x from L2), 2 / 3 stages, split-K 1 / 2 / 4."""
+    W = WgmmaConfig
+    grid = {8: [W(8, 256, 2, 3, rep=2), W(8, 256, 4, 3, rep=2)],
+            16: [W(16, 128, 2, 4, rep=2), W(16, 128, 4, 4, rep=2)],
+            32: [W(32, 128, 2, 4, rep=2), W(32, 128, 4, 3, rep=2), W(32, 256, 2, 3, rep=2)],
+            64: [W(64, 128, 2, 3, rep=2), W(64, 128, 4, 3, rep=2), W(64, 128, 1, 3, rep=2),
+                 W(64, 128, 4, 2, rep=2)],
+            128: [W(128, 128, 4, 2, rep=2), W(128, 128, 2, 2, rep=2), W(128, 128, 1, 2, rep=2),
+                  W(128, 128, 8, 2, rep=2), W(128, 128, 4, 2, rep=2, sub_k=2)]}
+    return grid[next(b for b in BLOCK_M_VERIFIED if b >= m)]
+
+
 def wgmma_name(c: WgmmaConfig) -> str:
     return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
             f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
-            f"{f' r{c.maxnreg}' if c.maxnreg else ''}")
+            f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}")
 
 
 def main() -> None:
@@ -183,10 +197,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
     ap.add_argument("--parts", default="wgmma,mma,decode,large,dot,fp8,others")
-    ap.add_argument("--wgmma-grid", default="all", choices=("all", "warps8", "fused", "occupancy"),
+    ap.add_argument("--wgmma-grid", default="all", choices=("all", "warps8", "fused", "occupancy", "rep"),
                     help="wgmma variants: the whole grid, only two-warpgroup ones, or only the "
-                    "fused-QDQ twins of the bucket's first two, or the occupancy grid (K halves, "
-                    "register caps; beside the table's own pick)")
+                    "fused-QDQ twins of the bucket's first two, the occupancy grid (K halves, "
+                    "register caps) or the rep grid (128 rows a warpgroup); beside the table's "
+                    "own pick")
     ap.add_argument("--eager", action="store_true",
                     help="also time each variant eager (host time included)")
     ap.add_argument("--ms", help="comma-separated M values of the main sweep (default: "
@@ -201,7 +216,7 @@ def main() -> None:
     linear_wgmma.WARPS_VERIFIED = (4, 8)
     wgmma_tiles.ACT_VERIFIED = True
     linear_wgmma.FP8_VERIFIED = True
-    linear_wgmma.SUB_K_VERIFIED = True
+    linear_wgmma.SUB_K_VERIFIED = linear_wgmma.REP_VERIFIED = True
     rows: list[dict] = []
     t0 = time.time()
     print(f"{torch.cuda.get_device_name()} copy {copy_bandwidth(dev):.3f} TB/s", flush=True)
@@ -244,7 +259,8 @@ def main() -> None:
                         if a is not None and m <= 16 else []  # W*A*: the QDQ in the kernel
                     cfgs = {"all": cfgs + fused, "fused": fused,
                             "warps8": [c for c in cfgs if c.warps == 8],
-                            "occupancy": occupancy_configs(m)}[args.wgmma_grid]
+                            "occupancy": occupancy_configs(m),
+                            "rep": rep_configs(m)}[args.wgmma_grid]
                     variants += [(wgmma_name(c), lambda x, p, c=c: fused_linear(
                         x, p, strategy="wgmma", config=c)) for c in cfgs]
                 if m <= 128 and "mma" in parts:

@@ -69,7 +69,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
                          K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
-                         ACT: gl.constexpr, SUB_K: gl.constexpr = 1):
+                         ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
@@ -77,8 +77,12 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     FMT 0: mxfp4 words (w); 3: mxfp8 e4m3, w codes 0..3 and b_ptr codes 4..7 of each thread's
     8 (fp8_words); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits and b_ptr their
     low bits (fp6_words). ACT: () or an activation's QDQ facts (wgmma_tiles.act_facts): the x
-    tile's QDQ in the kernel, into a buffer of its own, before the wgmma reads it."""
-    BLOCK_N: gl.constexpr = 16 * WARPS
+    tile's QDQ in the kernel, into a buffer of its own, before the wgmma reads it. SUB_K 2: each
+    K tile as two halves, the second decoded while the first's wgmma is in flight. REP 2: each
+    warpgroup owns two 64-row blocks (128 weight rows a warpgroup, two wgmmas a K step on one
+    x tile): the tile's G = WARPS * REP groups of 16 rows, warp w holding groups w, w + WARPS."""
+    G: gl.constexpr = WARPS * REP  # 16-row groups a tile (the layout's `warps`)
+    BLOCK_N: gl.constexpr = 16 * G
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
     TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
     TS: gl.constexpr = BLOCK_N * BLOCK_K // 32  # scale bytes a tile
@@ -116,11 +120,11 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     # tile-relative offsets: words [w][h][b_hi][g][t][b_lo], scale bytes [w][g][h][b] (rank 5:
     # the t dim reduced away; not a t-replicated rank-6 tensor, whose shared load Triton 3.6
     # lowers to an ldmatrix that misplaces 8-bit elements)
-    w_i, g_i = along(WARPS, 0, 6, WL), along(8, 1, 6, WL)
+    w_i, g_i = along(G, 0, 6, WL), along(8, 1, 6, WL)
     t_i, h_i = along(4, 2, 6, WL), along(2, 3, 6, WL)
     bh_i, bl_i = along(NBH, 4, 6, WL), along(4, 5, 6, WL)
-    woff = w_i * (TW // WARPS) + h_i * (TW // WARPS // 2) + bh_i * 128 + g_i * 16 + t_i * 4 + bl_i
-    soff = (along(WARPS, 0, 5, SL) * (TS // WARPS) + along(8, 1, 5, SL) * (TS // WARPS // 8)
+    woff = w_i * (TW // G) + h_i * (TW // G // 2) + bh_i * 128 + g_i * 16 + t_i * 4 + bl_i
+    soff = (along(G, 0, 5, SL) * (TS // G) + along(8, 1, 5, SL) * (TS // G // 8)
             + along(2, 2, 5, SL) * (4 * NBH) + along(NBH, 3, 5, SL) * 4 + along(4, 4, 5, SL))
     wbase = w_ptr + (pid_n * ktiles).to(gl.int64) * TW + woff
     if FMT == 3:  # mxfp8: B words in the A words' own order
@@ -128,7 +132,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     else:  # mxfp6: B words [w][h][b_hi][g][t][2] (fp6_words)
         BL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 2], [1, 8, 4, 1, 1, 1],
                                             [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
-        boff = (along(WARPS, 0, 6, BL) * (TB // WARPS) + along(2, 3, 6, BL) * (TB // WARPS // 2)
+        boff = (along(G, 0, 6, BL) * (TB // G) + along(2, 3, 6, BL) * (TB // G // 2)
                 + along(NBH, 4, 6, BL) * 64 + along(8, 1, 6, BL) * 8 + along(4, 2, 6, BL) * 2
                 + along(2, 5, 6, BL))
         bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + boff
@@ -138,10 +142,10 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     xptrs = x_ptr + (row0 + xi).to(gl.int64)[:, None] * stride_x + xc[None, :]
     xmask = (xi < rows_left)[:, None] & (xc >= 0)[None, :]
 
-    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, 4], WS)
-    s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, WARPS, 8, 2, NBH, 4], SS)
+    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WS)
+    s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, G, 8, 2, NBH, 4], SS)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], XS)
-    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, WARPS, 8, 4, 2, NBH, TB * 4 // TW]
+    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, TB * 4 // TW]
                                        if FMT else
                                        [1, 1, 1, 1, 1, 1, 2], WS)
     for s in gl.static_range(D):
@@ -259,6 +263,10 @@ WARPS_VERIFIED = (4, 8)
 # maxnreg 128, bit-equal to SUB_K 1) and the MoE experts' passed on the H200 at 4c47c1e
 # (triton 3.6.0, 2026-12-02 04:30 UTC; docs/verification.md).
 SUB_K_VERIFIED = True
+# Two 64-row blocks a warpgroup (REP 2: 128 weight rows a warpgroup sharing its x tile, half the
+# programs re-reading x): written 2026-12-02; gated until test_k_halves_match_the_reference's
+# REP 2 cases pass on the H200.
+REP_VERIFIED = False
 
 
 @dataclass(frozen=True)
@@ -272,6 +280,12 @@ class WgmmaConfig:
     fuse_act: bool = False  # W*A* with a dynamic MX key: the x tile's QDQ in the kernel
     sub_k: int = 1  # 2: each K tile in two halves, one decoded under the other's wgmma
     maxnreg: int = 0  # a register cap a thread (0: ptxas' choice): two 8-warp CTAs an SM at 128
+    rep: int = 1  # 64-row blocks a warpgroup (2: 128 rows a warpgroup, one x tile for both)
+
+    @property
+    def groups(self) -> int:
+        """16-row groups a program's weight tile (the layouts' `warps`)."""
+        return self.warps * self.rep
 
     def __post_init__(self) -> None:
         if self.block_m not in BLOCK_M_VERIFIED:
@@ -284,9 +298,10 @@ class WgmmaConfig:
         if self.warps not in (4, 8):
             raise ValueError(f"WgmmaConfig: warps={self.warps} is not 4 or 8 (one or two "
                              "warpgroups)")
-        if self.sub_k not in (1, 2) or not (self.maxnreg == 0 or 64 <= self.maxnreg <= 255):
-            raise ValueError(f"WgmmaConfig: sub_k={self.sub_k} (1 or 2), maxnreg={self.maxnreg} "
-                             "(0, or 64..255 registers a thread)")
+        if self.sub_k not in (1, 2) or self.rep not in (1, 2) or \
+                not (self.maxnreg == 0 or 64 <= self.maxnreg <= 255):
+            raise ValueError(f"WgmmaConfig: sub_k={self.sub_k} (1 or 2), rep={self.rep} (1 or 2), "
+                             f"maxnreg={self.maxnreg} (0, or 64..255 registers a thread)")
 
 
 @dataclass(frozen=True)
@@ -306,6 +321,7 @@ class WgmmaPlan:
     fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2, 3 mxfp8 e4m3
     act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
     fast: dict = field(default_factory=dict, compare=False)  # stream -> launcher.Bound
+    device: Optional[int] = None  # the weight's CUDA device index (a torch.device a call: ~1 us)
 
 
 FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3")  # by the kernel's FMT
@@ -334,6 +350,8 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
         return f"warps={cfg.warps} (two warpgroups): written, not yet verified on a GPU"
     if cfg.sub_k != 1 and not SUB_K_VERIFIED:
         return "sub_k=2 (K tiles in halves): written, not yet verified on a GPU"
+    if cfg.rep != 1 and not REP_VERIFIED:
+        return "rep=2 (128 rows a warpgroup): written, not yet verified on a GPU"
     if cfg.fuse_act and consts.get("ACT_MODE") and not wgmma_tiles.ACT_VERIFIED:
         return "fuse_act (the activation QDQ in the kernel): written, not yet verified on a GPU"
     fmt = weight_format(consts)
@@ -363,12 +381,12 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     checked once per weight, a device sync). `act`: the activation QDQ the kernel runs (with
     `cfg.fuse_act`: wgmma_tiles.act_facts of the contract's key; () otherwise)."""
     fmt = weight_format(cached["consts"])
-    layout = _layout(cached, fmt, k, cfg.block_k, cfg.warps)
+    layout = _layout(cached, fmt, k, cfg.block_k, cfg.groups)
     if layout is None:
         return None
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
-    grid_n = -(-n // (16 * cfg.warps))
+    grid_n = -(-n // (16 * cfg.groups))
     tiles = grid_n * -(-m_max // cfg.block_m)
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
@@ -376,12 +394,12 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     act = act if cfg.fuse_act else ()
     key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act))
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
-                     FORMATS.index(fmt), act)
+                     FORMATS.index(fmt), act, device=words.device.index)
 
 
 def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optional[tuple]:
     """(words, scale bytes, B words or None) of a prepared weight, built once per K tile and
-    warps a program."""
+    16-row groups a program (`warps`: WgmmaConfig.groups)."""
     found = cached.get(("wgmma", block_k, warps))
     if found is not None:
         return found
@@ -413,13 +431,14 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
     cfg = plan.cfg
     direct = bias is None and m <= cfg.block_m and out.stride(0) == plan.n
     if direct:
-        stream = launcher.current_stream(plan.words.device.index)
+        stream = launcher.current_stream(plan.device)
         bound = plan.fast.get(stream)
-        if bound is not None and out.data_ptr() % 16 == 0:
-            bound(stream, (x2d.data_ptr(), out.data_ptr(), m, x2d.stride(0), plan.n))
+        optr = out.data_ptr()
+        if bound is not None and optr % 16 == 0:
+            bound(stream, (x2d.data_ptr(), optr, m, x2d.stride(0), plan.n))
             return
     grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
-    part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * cfg.warps * cfg.block_m
+    part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * cfg.groups * cfg.block_m
                            if plan.split > 1 else 1, x2d.device)
     b = bias if bias is not None else lock
     key = (plan.key, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b), aligned(out),
@@ -428,7 +447,7 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
             out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1, x2d.stride(0),
             out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m, cfg.block_k,
             cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt, plan.act,
-            cfg.sub_k)
+            cfg.sub_k, cfg.rep)
     compiled = launcher.launch(_wgmma_linear_kernel, key, grid, args, num_warps=cfg.warps,
                                num_stages=1, maxnreg=cfg.maxnreg)
     if direct and stream is not None and compiled is not None and aligned(out) and \

@@ -111,18 +111,19 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     if cfg.warps not in linear_wgmma.WARPS_VERIFIED:
         raise ValueError(f"moe_wgmma: warps={cfg.warps} (two warpgroups): written, not yet "
                          "verified on a GPU; use a config of linear_wgmma.WARPS_VERIFIED warps")
-    if cfg.sub_k != 1 and not linear_wgmma.SUB_K_VERIFIED:
-        raise ValueError("moe_wgmma: sub_k=2 (K tiles in halves): written, not yet verified on a "
-                         "GPU; use sub_k=1")
+    if cfg.sub_k != 1 and not linear_wgmma.SUB_K_VERIFIED or \
+            cfg.rep != 1 and not linear_wgmma.REP_VERIFIED:
+        raise ValueError(f"moe_wgmma: sub_k={cfg.sub_k} / rep={cfg.rep}: written, not yet "
+                         "verified on a GPU; use sub_k=1, rep=1")
     if not checked_once(cached, "wgmma_scale_fits", lambda: fast_fp4_scale(weight.scales)
                         if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt)):
         raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "
                          "range (mxfp4 / e2m3: 128, e3m2: 130): no real weight has one; the "
                          "grouped Triton kernel runs such weights")
-    lkey = ("wgmma_moe", cfg.block_k, cfg.warps)
+    lkey = ("wgmma_moe", cfg.block_k, cfg.groups)
     layout = cached.get(lkey)
     if layout is None:
-        layout = cached.setdefault(lkey, expert_layout(weight, cfg.block_k, cfg.warps))
+        layout = cached.setdefault(lkey, expert_layout(weight, cfg.block_k, cfg.groups))
     words, sbytes, bwords, stride_we, stride_se = layout
     if activation is not None:  # row-wise QDQ: the same bits before or after the gather (once
         # for the T token rows: a config's fuse_act is for dense layers)
@@ -130,14 +131,14 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     src, rw_sorted, dest, slots, grp = sort_rows(topk_ids, topk_weights, num_experts,
                                                  cfg.block_m)
     x_sorted = x.index_select(0, src)
-    grid_n = -(-n // (16 * cfg.warps))
+    grid_n = -(-n // (16 * cfg.groups))
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
     if split > 1 and grid_n * slots > _LOCK_TILES:
         split, per_split = 1, ktiles
     x_sorted = copyable_rows(x_sorted)
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)
-    part, lock = workspace(split * grid_n * slots * 16 * cfg.warps * cfg.block_m
+    part, lock = workspace(split * grid_n * slots * 16 * cfg.groups * cfg.block_m
                            if split > 1 else 1, x.device)
     key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k, weight.fmt)),
            launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
@@ -147,7 +148,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
                      cfg.warps, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt), (),
-                     cfg.sub_k),
+                     cfg.sub_k, cfg.rep),
                     num_warps=cfg.warps, num_stages=1, maxnreg=cfg.maxnreg)
     return combine(weighted.view(tokens, top_k, n), out_dtype)
 

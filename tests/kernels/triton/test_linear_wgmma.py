@@ -9,6 +9,8 @@ in a CUDA graph.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -119,8 +121,11 @@ def test_unavailable_says_why() -> None:
     assert lw.unavailable(cpu, FP4, 512, bf, bf, halves) == (
         "needs an NVIDIA GPU" if lw.SUB_K_VERIFIED else
         "sub_k=2 (K tiles in halves): written, not yet verified on a GPU")
-    for bad in (dict(sub_k=3), dict(maxnreg=32), dict(maxnreg=256)):
-        with pytest.raises(ValueError, match="sub_k=.* maxnreg="):
+    assert lw.unavailable(cpu, FP4, 512, bf, bf, dataclasses.replace(cfg, rep=2)) == (
+        "needs an NVIDIA GPU" if lw.REP_VERIFIED else
+        "rep=2 (128 rows a warpgroup): written, not yet verified on a GPU")
+    for bad in (dict(sub_k=3), dict(maxnreg=32), dict(maxnreg=256), dict(rep=4)):
+        with pytest.raises(ValueError, match="sub_k=.* rep=.* maxnreg="):
             lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4, **bad)
 
 
@@ -281,7 +286,13 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=2, FMT=2, WARPS=8, SUB_K=2),
     dict(BLOCK_M=32, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=3, SUB_K=2),
     dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=2, WARPS=8, GROUPED=True, HAS_BIAS=False,
-         SUB_K=2)]
+         SUB_K=2),
+    # two 64-row blocks a warpgroup (rep 2, gated): every format, split-K, grouped, K halves
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=4, STAGES=2, REP=2),
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, REP=2, FMT=2, K_TAIL=True),
+    dict(BLOCK_M=32, BLOCK_K=256, SPLIT=2, STAGES=3, REP=2, FMT=3, SUB_K=2),
+    dict(BLOCK_M=16, BLOCK_K=128, SPLIT=2, STAGES=3, REP=2, FMT=1, GROUPED=True,
+         HAS_BIAS=False)]
 
 
 _COMPILE = """
@@ -320,7 +331,7 @@ print(json.dumps(found))
 def compile_consts(case: dict) -> dict:
     """A compile case's constexprs (the defaults, the case, ACT's facts from its key name)."""
     consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0,
-                     SUB_K=1), **case}
+                     SUB_K=1, REP=1), **case}
     fmt, _, rounding = case.get("ACT", "").partition(":")
     consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
     assert bool(consts["ACT"]) == bool(fmt)
@@ -355,11 +366,11 @@ def test_the_kernel_compiles_for_sm90_without_a_shared_round_trip(index: int,
     """Compiled here for sm_90a (no GPU needed; this triton's Gluon and ptxas) with the launch's
     specialization (16-byte aligned pointers; K and the row strides multiples of 16, as the
     host guarantees): the decoders' layouts convert with no data movement (assert_trivial,
-    checked at compile time), one wgmma per 16 of K a tile, and no decoded value goes through
-    shared memory (at most the split-K flag's one st.shared)."""
+    checked at compile time), one wgmma per 16 of K a tile (and 64-row block: REP), and no
+    decoded value goes through shared memory (at most the split-K flag's one st.shared)."""
     case, found = COMPILE_CASES[index], compiled_cases[index]
     assert "error" not in found, found.get("error")
-    assert found[r"wgmma\.mma_async"] == case["BLOCK_K"] // 16
+    assert found[r"wgmma\.mma_async"] == case["BLOCK_K"] // 16 * case.get("REP", 1)
     if case.get("ACT"):  # the x tile's QDQ: block maxima by shuffles, an RNE cast, shared stores
         assert found[r"shfl\.sync"] > 0 and found[r"cvt\.rn\.bf16"] > 0
     else:  # no decoded weight value through shared memory
@@ -679,24 +690,28 @@ def test_k_halves_match_the_reference(fmt: str, monkeypatch: pytest.MonkeyPatch)
     register cap (maxnreg 128: spills): bit for bit the sub_k = 1 kernel's output (the same
     wgmmas in the same K order) and close to the reference; every code and scale byte, N and K
     tails, M 1..128, split-K, one and two warpgroups, block_k 128 / 256, bias, NaN / Inf
-    activations. (Run with sub_k switched on: this test is what switches it on,
-    `SUB_K_VERIFIED`.)"""
+    activations; and rep = 2 (128 weight rows a warpgroup) against the same references. (Run
+    with sub_k and rep switched on: this test is what switches them on, `SUB_K_VERIFIED`,
+    `REP_VERIFIED`.)"""
     monkeypatch.setattr(lw, "SUB_K_VERIFIED", True)
+    monkeypatch.setattr(lw, "REP_VERIFIED", True)
     for n, k in ((200, 1024), (72, 2880)):
         gen = torch.Generator().manual_seed(n + k + len(fmt))
         w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
             fmt, lambda n_, k_, g: fp6_weight(fmt, n_, k_, "packed", g))(n, k, gen).to("cuda")
         prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None))
         bias = torch.randn(n, generator=gen).cuda()
-        for m, split, warps, block_k, cap in ((1, 2, 4, 256, 0), (16, 1, 4, 128, 0),
-                                              (100, 2, 8, 128, 128), (128, 4, 4, 128, 0),
-                                              (64, 1, 8, 256, 0), (128, 2, 8, 128, 128)):
+        for m, split, warps, block_k, cap, rep in (
+                (1, 2, 4, 256, 0, 1), (16, 1, 4, 128, 0, 1), (100, 2, 8, 128, 128, 1),
+                (128, 4, 4, 128, 0, 1), (64, 1, 8, 256, 0, 1), (128, 2, 8, 128, 128, 1),
+                (1, 2, 4, 128, 0, 2), (40, 1, 4, 256, 0, 2), (128, 4, 4, 128, 0, 2),
+                (64, 2, 8, 128, 0, 2)):
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
             if m > 1:
                 x[1, 5] = float("inf")
                 x[-1, k - 3] = float("nan")
             cfg = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=2,
-                                 warps=warps, sub_k=2, maxnreg=cap)
+                                 warps=warps, sub_k=2, maxnreg=cap, rep=rep)
             whole = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=2,
                                    warps=warps)
             for b in (None, bias):

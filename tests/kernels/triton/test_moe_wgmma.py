@@ -218,7 +218,8 @@ def test_two_warpgroup_experts_match_the_reference(fmt: str, monkeypatch) -> Non
     warps 8 switched on: with test_linear_wgmma's, what switches it on: `WARPS_VERIFIED`.)"""
     monkeypatch.setattr(linear_wgmma, "WARPS_VERIFIED", (4, 8))
     monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
-    monkeypatch.setattr(linear_wgmma, "SUB_K_VERIFIED", True)  # (and K halves: sub_k 2)
+    monkeypatch.setattr(linear_wgmma, "SUB_K_VERIFIED", True)  # (and K halves: sub_k 2,
+    monkeypatch.setattr(linear_wgmma, "REP_VERIFIED", True)  # 128 rows a warpgroup: rep 2)
     act = QuantKey.mx(fmt, rounding="even", static=False)
     for e, n, k, top_k, tokens, case in ((8, 200, 1024, 2, 300, "one expert"),
                                          (4, 128, 2880, 3, 100, "random")):
@@ -230,13 +231,16 @@ def test_two_warpgroup_experts_match_the_reference(fmt: str, monkeypatch) -> Non
         ids, rw = routing(tokens, e, top_k, gen, case)
         for a in (None, act):
             want = grouped_experts_reference(x, w, a, None, ids, rw, torch.float32)
-            for block_m, split, sub_k in ((64, 2, 1), (128, 1, 1), (128, 2, 2)):
-                cfg = linear_wgmma.WgmmaConfig(block_m, 128, split, 3 - sub_k // 2, warps=8,
-                                               sub_k=sub_k, maxnreg=128 if sub_k == 2 else 0)
+            for block_m, split, sub_k, warps, rep in ((64, 2, 1, 8, 1), (128, 1, 1, 8, 1),
+                                                      (128, 2, 2, 8, 1), (128, 2, 1, 4, 2),
+                                                      (32, 1, 2, 8, 2)):
+                cfg = linear_wgmma.WgmmaConfig(block_m, 128, split, 3 - sub_k // 2, warps=warps,
+                                               sub_k=sub_k, rep=rep,
+                                               maxnreg=128 if sub_k == 2 and rep == 1 else 0)
                 cached: dict = {}
                 got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached,
                                                       cfg)
-                assert rel_err(got, want) <= 1e-5, (fmt, e, n, k, a, block_m, split, sub_k)
+                assert rel_err(got, want) <= 1e-5, (fmt, e, n, k, a, block_m, split, sub_k, rep)
                 again = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached,
                                                         cfg)
                 assert torch.equal(again.view(torch.int32), got.view(torch.int32))
