@@ -8,7 +8,8 @@ small config so CPU CI covers the paths the GPU takes.
 
 Weight families: "fp4" (packed mxfp4: the 32-bit word decode), "fp8" (mxfp8 E4M3 / E5M2: the
 hardware fp8 convert), "other" (mxfp6, mxint8, unpacked fp4: the generic exact decode).
-Measured on N x K = 8192 x 8192, 28672 x 8192 and 8192 x 28672, one row served all three.
+Measured on N x K = 8192 x 8192, 28672 x 8192 and 8192 x 28672; a row's shape class (`n_min`,
+`k_min`) says where it was measured faster, the rows after it serve the rest.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class Choice:
     strategy: str  # "wgmma" | "gemv" | "mma" | "decode"
     config: object  # WgmmaConfig / GemvConfig / MmaConfig / DecodeConfig
     n_min: int = 0  # the shape class: layers with at least this many output features (N)
+    k_min: int = 0  # ... and at least this many input features (K)
 
 
 # H200, triton 3.6, bf16 activations, 2026-12-01 (.scratch experiments, docs/benchmarks.md):
@@ -54,12 +56,20 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
     # M = 32: block_k 128 / 4 stages, 21.1 / 64.8 us against 256 / 3's 22.8 / 70.1 (H200
     # 2026-12-01 22:50 UTC sweep, .scratch/gpu_sweep.py; deeper pipelines won nowhere)
+    # M = 32 / 64 on long K (K >= 16384): 128 weight rows a warpgroup (rep 2, split-K 4),
+    # 52.7 against 59.8 us and 74.1 against 77.9 us on 8192 x 28672 (H200 2026-12-02 04:58
+    # UTC, tune_linear --wgmma-grid rep; about even elsewhere: 21.6 / 61.0 against 21.3 /
+    # 61.3 at M = 32 on the other shapes)
+    Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=4, stages=3, rep=2),
+           k_min=16384),
     Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)),
     # M = 64 on wide layers (N >= 16384): two warpgroups without split-K, 81.1 us against
     # 89.3 on 28672 x 8192 (H200 2026-12-02 02:55 UTC, tools/gpu_sweeps.sh); on N = 8192 the
     # same config loses (0.66 / 0.70x against 1.31 / 1.52x: 64 programs for 132 SMs)
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=4, warps=8),
            n_min=16384),
+    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=4, stages=2, rep=2),
+           k_min=16384),
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
     # M = 128 on wide layers: two warpgroups capped at 128 registers with 2 stages (two CTAs an
     # SM, was one), 118.7 us against 136.4 on 28672 x 8192 (H200 2026-12-02 04:31 UTC,
@@ -90,8 +100,14 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp8", 32, "wgmma", WgmmaConfig(block_m=32, block_k=256, split=2, stages=3)),
     Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8),
            n_min=16384),
+    # long K (rep 2, 04:58 UTC, 8192 x 28672): M = 64 79.5 against 97.6 us, M = 128 (in halves)
+    # 146.1 against 154.9 us
+    Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=4, stages=3, rep=2),
+           k_min=16384),
     Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
     Choice("fp8", 128, "wgmma", _WIDE_128, n_min=16384),  # 131.1 against 153.8 us (04:31)
+    Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=4, stages=2, rep=2,
+                                            sub_k=2), k_min=16384),
     Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3, warps=8,
                                             max_tiles=128), n_min=8192),
     # mxfp8 e5m2 (or e4m3 where wgmma does not apply) via the fp8 convert: M = 1 / 16 / 64
@@ -117,6 +133,10 @@ TABLE: tuple[Choice, ...] = (
     Choice("other", 1, "wgmma", WgmmaConfig(block_m=8, block_k=128, split=2, stages=4)),
     Choice("other", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
     # M = 32 (the sweep): e2m3 23.4 / 80.1, e3m2 29.7 / 94.7 us (the M = 64 row: 34 / 101, 38 / 115)
+    # long K (rep 2, 04:58 UTC, e3m2 on 8192 x 28672): M = 32 71.3 against 73.8 us, M = 64
+    # 91.5 against 94.5 us (on 8192^2 they lose: 26.7 / 33.0 against 25.2 / 30.5)
+    Choice("other", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=4, stages=3, rep=2),
+           k_min=16384),
     Choice("other", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)),
     # M = 64 / 128, two warpgroups (H200 2026-12-02 02:55 UTC, tools/gpu_sweeps.sh; e2m3 |
     # e3m2 us): M = 64 on N >= 16384 (split-K off) 103.5 | 96.5 against 111.9 | 111.1 on
@@ -125,6 +145,8 @@ TABLE: tuple[Choice, ...] = (
     # 54.8 / 212.9 / 179.7 | 55.2 / 209.2 / 176.6
     Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3,
                                              warps=8), n_min=16384),
+    Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=4, stages=3, rep=2),
+           k_min=16384),
     Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3,
                                              sub_k=2)),
     Choice("other", 128, "wgmma", _WIDE_128, n_min=16384),
@@ -153,16 +175,16 @@ def weight_family(consts: dict) -> str:
 
 
 def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *,
-           n: int) -> Optional[Choice]:
-    """The first row of the family that takes M rows and N output features whose strategy is
+           n: int, k: int) -> Optional[Choice]:
+    """The first row of the family that takes M rows and an N x K layer whose strategy is
     not in `skip` (with the interpreter's config
     under TRITON_INTERPRET=1, where Gluon's wgmma rows are skipped: Gluon does not interpret),
     or None past the table's M ranges (the caller's large-M strategy)."""
     if interpreted:
         skip = (*skip, "wgmma")
     for row in TABLE:
-        if row.family == family and m <= row.m_max and n >= row.n_min and \
-                row.strategy not in skip:
+        if row.family == family and m <= row.m_max and n >= row.n_min and k >= row.k_min \
+                and row.strategy not in skip:
             if interpreted:
                 cfg = {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(
                     row.strategy, INTERPRETER_DECODE)
@@ -171,15 +193,17 @@ def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *
     return None
 
 
-def config_for(strategy: str, family: str, m: int, interpreted: bool, *, n: int) -> object:
+def config_for(strategy: str, family: str, m: int, interpreted: bool, *, n: int,
+               k: int) -> object:
     """A strategy's config where the table did not pick it (a forced strategy without a config,
     or gemv falling back to mma): the first row of that strategy and family that takes M rows
-    and N output features,
+    and an N x K layer,
     else that strategy's last row for the family, else the strategy's generic default."""
     if interpreted:
         return {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(strategy,
                                                                       INTERPRETER_DECODE)
-    rows = [r for r in TABLE if r.strategy == strategy and r.family == family and n >= r.n_min]
+    rows = [r for r in TABLE if r.strategy == strategy and r.family == family and
+            n >= r.n_min and k >= r.k_min]
     row = next((r for r in rows if m <= r.m_max), rows[-1] if rows else None)
     if row is not None:
         return row.config

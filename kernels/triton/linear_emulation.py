@@ -99,11 +99,12 @@ _CACHE_KEY = "triton_emulation"
 
 def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Tensor | None,
                  on_gpu: bool, consts: dict, skip: tuple[str, ...] = (), *,
-                 n: int) -> tuple[str, object]:
+                 n: int, k: int) -> tuple[str, object]:
     """(strategy, config) that runs M activation rows — all give the same numerics: the row of
     linear_configs.TABLE that matches (strategies in `skip` passed over), else dequant-gemm
     (bf16 on a GPU) or tiled."""
-    row = linear_configs.choose(linear_configs.weight_family(consts), m, not on_gpu, skip, n=n)
+    row = linear_configs.choose(linear_configs.weight_family(consts), m, not on_gpu, skip, n=n,
+                                k=k)
     if row is not None:
         return row.strategy, row.config
     if on_gpu and x_dtype == out_dtype == torch.bfloat16 and (
@@ -133,7 +134,7 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     asked = strategy is not None  # the caller's strategy: refused with a reason, never swapped
     if strategy is None:
         strategy, auto = strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, consts,
-                                      n=n)
+                                      n=n, k=k)
         config = config or auto
     if strategy not in STRATEGIES or (strategy == "decode" and m > DECODE_LIMIT_M):
         raise ValueError(f"{_NAME}: strategy {strategy!r} cannot run M={m}; one of {STRATEGIES} "
@@ -146,7 +147,7 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
         raise ValueError(f"{_NAME}: strategy 'gemv' runs one activation row, not M={m}")
     family = linear_configs.weight_family(consts)
     if strategy == "wgmma":
-        cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED, n=n)
+        cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED, n=n, k=k)
         rows = linear_configs.m_bucket(m)
         why = ("Gluon kernels do not run under TRITON_INTERPRET" if _INTERPRETED else
                linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg, rows))
@@ -160,14 +161,14 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
                              f"{why or 'a finite weight scale byte is past 128'}; leave the "
                              "strategy to the table (another one runs it)")
         strategy, config = strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, consts,
-                                        skip=("wgmma",), n=n)
+                                        skip=("wgmma",), n=n, k=k)
     if strategy not in ("mma", "gemv"):
         return _Plan(strategy, config, None, None, False)
     if strategy == "gemv":  # the one row is QDQ'd inside the kernel
         gemv = linear_gemv.gemv_plan(
             cached, consts, n, k, KIND_OF_DTYPE[x.dtype], KIND_OF_DTYPE[out_dtype],
             bias is not None, not _INTERPRETED,
-            config or linear_configs.config_for("gemv", family, m, _INTERPRETED, n=n))
+            config or linear_configs.config_for("gemv", family, m, _INTERPRETED, n=n, k=k))
         if gemv is not None:
             return _Plan(strategy, config, None, None, False, gemv=gemv)
         strategy, config = "mma", None  # not the word layout (e.g. a scale byte past 128)
@@ -176,7 +177,7 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     dot_kind, precision = dot_choice(x.dtype, act_mode)
     raw_x = (not _INTERPRETED and act_mode == ACT_NONE and x.dtype == torch.bfloat16
              and dot_kind == DOT_BF16)
-    cfg = config or linear_configs.config_for("mma", family, m, _INTERPRETED, n=n)
+    cfg = config or linear_configs.config_for("mma", family, m, _INTERPRETED, n=n, k=k)
     mma = linear_mma.mma_plan(
         cached, dict(consts, ACT_MODE=act_mode), n, k, linear_configs.m_bucket(m), dot_kind,
         precision, not _INTERPRETED, KIND_OF_DTYPE[x.dtype], KIND_OF_DTYPE[out_dtype],

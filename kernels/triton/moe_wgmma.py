@@ -67,13 +67,13 @@ def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Opt
     return None
 
 
-def config_for(rows: int, num_experts: int, fmt: str, n: int) -> WgmmaConfig:
+def config_for(rows: int, num_experts: int, fmt: str, n: int, k: int) -> WgmmaConfig:
     """The dense table's wgmma row of the weight's family ("fp4", or "other": mxfp6) for the
-    mean rows per expert (one M tile covers it) and an expert's N output features."""
+    mean rows per expert (one M tile covers it) and an expert's N x K."""
     mean = -(-rows // num_experts)
     block_m = next((b for b in BLOCK_M_VERIFIED if b >= mean), BLOCK_M_VERIFIED[-1])
     return linear_configs.config_for("wgmma", "fp4" if fmt == "mxfp4" else "other", block_m,
-                                     False, n=n)
+                                     False, n=n, k=k)
 
 
 def expert_layout(weight: MXTensor, block_k: int, warps: int = WGMMA_WARPS
@@ -107,7 +107,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     num_experts, n, _ = weight.shape
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
-    cfg = cfg or config_for(rows, num_experts, weight.fmt, n)
+    cfg = cfg or config_for(rows, num_experts, weight.fmt, n, k)
     if cfg.warps not in linear_wgmma.WARPS_VERIFIED:
         raise ValueError(f"moe_wgmma: warps={cfg.warps} (two warpgroups): written, not yet "
                          "verified on a GPU; use a config of linear_wgmma.WARPS_VERIFIED warps")

@@ -239,52 +239,58 @@ def test_strategy_choice_and_refusals() -> None:
     fp8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": False}
     int8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": True}
     assert [lc.weight_family(c) for c in (fp4, fp8, int8)] == ["fp4", "fp8", "other"]
-    assert le.strategy_for(1, bf, bf, None, True, fp4, n=8192)[0] == "wgmma"  # sm_90's Gluon
-    assert le.strategy_for(16, bf, bf, None, True, fp4, n=8192)[0] == "wgmma"
+    assert le.strategy_for(1, bf, bf, None, True, fp4, n=8192, k=8192)[0] == "wgmma"  # sm_90's Gluon
+    assert le.strategy_for(16, bf, bf, None, True, fp4, n=8192, k=8192)[0] == "wgmma"
     # where wgmma does not apply, the family's next row
-    assert le.strategy_for(1, bf, bf, None, True, fp4, skip=("wgmma",), n=8192)[0] == "gemv"
-    assert le.strategy_for(2, bf, bf, None, True, fp4, skip=("wgmma",), n=8192)[0] == "mma"
+    assert le.strategy_for(1, bf, bf, None, True, fp4, skip=("wgmma",), n=8192, k=8192)[0] == "gemv"
+    assert le.strategy_for(2, bf, bf, None, True, fp4, skip=("wgmma",), n=8192, k=8192)[0] == "mma"
     for m in (17, 32, 33, 64, 65, 128):  # one M tile of 32 / 64 / 128 rows
-        assert le.strategy_for(m, bf, bf, None, True, fp4, n=8192)[0] == "wgmma"
-    assert le.strategy_for(17, bf, bf, None, True, fp4, skip=("wgmma",), n=8192)[0] == "mma"
-    assert le.strategy_for(128, bf, bf, None, True, fp4, skip=("wgmma",), n=8192)[0] == "mma"
-    assert le.strategy_for(129, bf, bf, None, True, fp4, n=8192)[0] == "dequant-gemm"
+        assert le.strategy_for(m, bf, bf, None, True, fp4, n=8192, k=8192)[0] == "wgmma"
+    assert le.strategy_for(17, bf, bf, None, True, fp4, skip=("wgmma",), n=8192, k=8192)[0] == "mma"
+    assert le.strategy_for(128, bf, bf, None, True, fp4, skip=("wgmma",), n=8192, k=8192)[0] == "mma"
+    assert le.strategy_for(129, bf, bf, None, True, fp4, n=8192, k=8192)[0] == "dequant-gemm"
     for m in (1, 16, 32, 64):  # mxfp8 e4m3: wgmma (e5m2 is refused there: the mma rows)
-        assert le.strategy_for(m, bf, bf, None, True, fp8, n=8192)[0] == "wgmma"
-        assert le.strategy_for(m, bf, bf, None, True, fp8, skip=("wgmma",), n=8192)[0] == "mma"
-    assert le.strategy_for(65, bf, bf, None, True, fp8, skip=("wgmma",), n=8192)[0] == \
+        assert le.strategy_for(m, bf, bf, None, True, fp8, n=8192, k=8192)[0] == "wgmma"
+        assert le.strategy_for(m, bf, bf, None, True, fp8, skip=("wgmma",), n=8192, k=8192)[0] == "mma"
+    assert le.strategy_for(65, bf, bf, None, True, fp8, skip=("wgmma",), n=8192, k=8192)[0] == \
         "dequant-gemm"
     # the shape class: two warpgroups without split-K at M = 64 on wide layers only
     for family in (fp4, fp8, int8):
-        wide = le.strategy_for(64, bf, bf, None, True, family, n=28672)[1]
-        narrow = le.strategy_for(64, bf, bf, None, True, family, n=8192)[1]
+        wide = le.strategy_for(64, bf, bf, None, True, family, n=28672, k=8192)[1]
+        narrow = le.strategy_for(64, bf, bf, None, True, family, n=8192, k=8192)[1]
         assert (wide.warps, wide.split, narrow.warps, narrow.split) == (8, 1, 4, 2), family
-        assert le.strategy_for(64, bf, bf, None, True, family, n=16383)[1] == narrow
+        assert le.strategy_for(64, bf, bf, None, True, family, n=16383, k=8192)[1] == narrow
+    # ... and by K: 128 weight rows a warpgroup (rep 2) with split 4 at M = 32 / 64 on long K
+    for family in (fp4, fp8, int8):
+        long_k = le.strategy_for(64, bf, bf, None, True, family, n=8192, k=28672)[1]
+        assert (long_k.rep, long_k.split) == (2, 4), family
+        assert le.strategy_for(64, bf, bf, None, True, family, n=8192, k=16383)[1].rep == 1
+        assert le.strategy_for(64, bf, bf, None, True, family, n=28672, k=28672)[1].warps == 8
     # the "other" family's first rows are wgmma (mxfp6); a weight it refuses (mxint8 here:
     # linear_wgmma.unavailable) takes the next row, as _plan does
-    assert le.strategy_for(1, bf, bf, None, True, int8, n=8192)[0] == "wgmma"
-    assert le.strategy_for(1, bf, bf, None, True, int8, skip=("wgmma",), n=8192)[0] == "decode"
-    assert le.strategy_for(16, bf, bf, None, True, int8, skip=("wgmma",), n=8192)[0] == "mma"
-    assert le.strategy_for(65, f16, f16, None, True, int8, n=8192)[0] == "wgmma"  # refused: f16
-    assert le.strategy_for(65, f16, f16, None, True, int8, skip=("wgmma",), n=8192)[0] == "tiled"
-    assert le.strategy_for(200, bf, bf, torch.zeros(4), True, fp4, n=8192)[0] == "tiled"
-    assert le.strategy_for(200, bf, bf, None, False, fp4, n=8192)[0] == "tiled"  # no GPU
+    assert le.strategy_for(1, bf, bf, None, True, int8, n=8192, k=8192)[0] == "wgmma"
+    assert le.strategy_for(1, bf, bf, None, True, int8, skip=("wgmma",), n=8192, k=8192)[0] == "decode"
+    assert le.strategy_for(16, bf, bf, None, True, int8, skip=("wgmma",), n=8192, k=8192)[0] == "mma"
+    assert le.strategy_for(65, f16, f16, None, True, int8, n=8192, k=8192)[0] == "wgmma"  # refused: f16
+    assert le.strategy_for(65, f16, f16, None, True, int8, skip=("wgmma",), n=8192, k=8192)[0] == "tiled"
+    assert le.strategy_for(200, bf, bf, torch.zeros(4), True, fp4, n=8192, k=8192)[0] == "tiled"
+    assert le.strategy_for(200, bf, bf, None, False, fp4, n=8192, k=8192)[0] == "tiled"  # no GPU
     # the interpreter takes the GPU's strategy with its own small config
-    strategy, cfg = le.strategy_for(16, bf, bf, None, False, fp4, n=8192)
+    strategy, cfg = le.strategy_for(16, bf, bf, None, False, fp4, n=8192, k=8192)
     assert strategy == "mma" and cfg == lc.INTERPRETER_MMA
-    assert le.strategy_for(1, bf, bf, None, False, fp4, n=8192)[0] == "gemv"  # never Gluon there
+    assert le.strategy_for(1, bf, bf, None, False, fp4, n=8192, k=8192)[0] == "gemv"  # never Gluon there
 
     def row(strategy: str, family: str, m_max: int) -> object:
         return next(r.config for r in lc.TABLE
                     if (r.strategy, r.family, r.m_max) == (strategy, family, m_max))
 
     # a strategy the table did not pick for this M still gets a measured config on a GPU
-    assert lc.config_for("mma", "fp4", 1, False, n=8192) == row("mma", "fp4", 16)  # M <= 16
-    assert lc.config_for("gemv", "fp4", 1, False, n=8192) == row("gemv", "fp4", 1)
-    assert lc.config_for("wgmma", "fp4", 9, False, n=8192) == row("wgmma", "fp4", 16)
-    assert lc.config_for("mma", "other", 500, False, n=8192) == lc.TABLE[-1].config  # last row
-    assert lc.config_for("mma", "fp8", 1, True, n=8192) == lc.INTERPRETER_MMA
-    assert lc.config_for("gemv", "other", 1, False, n=8192) == row("gemv", "fp4", 1)  # none there
+    assert lc.config_for("mma", "fp4", 1, False, n=8192, k=8192) == row("mma", "fp4", 16)  # M <= 16
+    assert lc.config_for("gemv", "fp4", 1, False, n=8192, k=8192) == row("gemv", "fp4", 1)
+    assert lc.config_for("wgmma", "fp4", 9, False, n=8192, k=8192) == row("wgmma", "fp4", 16)
+    assert lc.config_for("mma", "other", 500, False, n=8192, k=8192) == lc.TABLE[-1].config  # last row
+    assert lc.config_for("mma", "fp8", 1, True, n=8192, k=8192) == lc.INTERPRETER_MMA
+    assert lc.config_for("gemv", "other", 1, False, n=8192, k=8192) == row("gemv", "fp4", 1)  # none there
     assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 65, 128, 129)] == \
         [1, 16, 16, 32, 32, 64, 64, 128, 128, 1 << 30]
     prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),

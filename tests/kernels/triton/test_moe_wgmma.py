@@ -78,11 +78,13 @@ def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, 
 def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
     for rows, e, block_m in ((2, 8, 8), (32, 8, 8), (96, 64, 8), (512, 8, 64), (4096, 8, 128),
                              (100, 1, 128)):
-        for n in (2048, 28672):  # the table's shape classes (n_min) hold for experts too
-            cfg = moe_wgmma.config_for(rows, e, "mxfp4", n)
-            assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False, n=n), (rows, e)
-            six = moe_wgmma.config_for(rows, e, "mxfp6_e3m2", n)  # mxfp6: the table's own rows
-            assert six == linear_configs.config_for("wgmma", "other", block_m, False, n=n), \
+        for n, k in ((2048, 7168), (28672, 8192), (2880, 28672)):  # the table's shape
+            # classes (n_min, k_min) hold for experts too
+            cfg = moe_wgmma.config_for(rows, e, "mxfp4", n, k)
+            assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False, n=n, k=k), \
+                (rows, e)
+            six = moe_wgmma.config_for(rows, e, "mxfp6_e3m2", n, k)  # mxfp6: the table's own
+            assert six == linear_configs.config_for("wgmma", "other", block_m, False, n=n, k=k), \
                 (rows, e)
 
 
