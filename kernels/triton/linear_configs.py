@@ -30,6 +30,7 @@ class Choice:
     config: object  # WgmmaConfig / GemvConfig / MmaConfig / DecodeConfig
     n_min: int = 0  # the shape class: layers with at least this many output features (N)
     k_min: int = 0  # ... and at least this many input features (K)
+    experts: bool = False  # a row for MoE experts only (moe_wgmma); dense layers pass it over
 
 
 # H200, triton 3.6, bf16 activations, 2026-12-01 (.scratch experiments, docs/benchmarks.md):
@@ -74,6 +75,12 @@ TABLE: tuple[Choice, ...] = (
     # M = 128 on wide layers: two warpgroups capped at 128 registers with 2 stages (two CTAs an
     # SM, was one), 118.7 us against 136.4 on 28672 x 8192 (H200 2026-12-02 04:31 UTC,
     # tune_linear --wgmma-grid occupancy); on N = 8192 it loses (52.5 against 42.5 us)
+    # MoE experts at M = 128 (DeepSeek-like, E = 64, top-6, 2048 x 7168, T = 2048; H200
+    # 2026-12-02 04:58 UTC, bench_moe): 128 rows a warpgroup, 2 stages, 1432 us (0.80x bf16
+    # _grouped_mm) against 1570 us for the dense rows below; on dense N = 8192 the same config
+    # loses (52.8 against 42.9 us), hence experts only
+    Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2, rep=2),
+           experts=True),
     Choice("fp4", 128, "wgmma", _WIDE_128, n_min=16384),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
                                             max_tiles=256)),
@@ -175,7 +182,7 @@ def weight_family(consts: dict) -> str:
 
 
 def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *,
-           n: int, k: int) -> Optional[Choice]:
+           n: int, k: int, experts: bool = False) -> Optional[Choice]:
     """The first row of the family that takes M rows and an N x K layer whose strategy is
     not in `skip` (with the interpreter's config
     under TRITON_INTERPRET=1, where Gluon's wgmma rows are skipped: Gluon does not interpret),
@@ -184,7 +191,7 @@ def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *
         skip = (*skip, "wgmma")
     for row in TABLE:
         if row.family == family and m <= row.m_max and n >= row.n_min and k >= row.k_min \
-                and row.strategy not in skip:
+                and (experts or not row.experts) and row.strategy not in skip:
             if interpreted:
                 cfg = {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(
                     row.strategy, INTERPRETER_DECODE)
@@ -194,7 +201,7 @@ def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *
 
 
 def config_for(strategy: str, family: str, m: int, interpreted: bool, *, n: int,
-               k: int) -> object:
+               k: int, experts: bool = False) -> object:
     """A strategy's config where the table did not pick it (a forced strategy without a config,
     or gemv falling back to mma): the first row of that strategy and family that takes M rows
     and an N x K layer,
@@ -203,7 +210,7 @@ def config_for(strategy: str, family: str, m: int, interpreted: bool, *, n: int,
         return {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(strategy,
                                                                       INTERPRETER_DECODE)
     rows = [r for r in TABLE if r.strategy == strategy and r.family == family and
-            n >= r.n_min and k >= r.k_min]
+            n >= r.n_min and k >= r.k_min and (experts or not r.experts)]
     row = next((r for r in rows if m <= r.m_max), rows[-1] if rows else None)
     if row is not None:
         return row.config

@@ -68,12 +68,13 @@ def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Opt
 
 
 def config_for(rows: int, num_experts: int, fmt: str, n: int, k: int) -> WgmmaConfig:
-    """The dense table's wgmma row of the weight's family ("fp4", or "other": mxfp6) for the
-    mean rows per expert (one M tile covers it) and an expert's N x K."""
+    """The table's wgmma row of the weight's family ("fp4", or "other": mxfp6) for the mean
+    rows per expert (one M tile covers it) and an expert's N x K: its experts-only rows first,
+    then the dense rows."""
     mean = -(-rows // num_experts)
     block_m = next((b for b in BLOCK_M_VERIFIED if b >= mean), BLOCK_M_VERIFIED[-1])
     return linear_configs.config_for("wgmma", "fp4" if fmt == "mxfp4" else "other", block_m,
-                                     False, n=n, k=k)
+                                     False, n=n, k=k, experts=True)
 
 
 def expert_layout(weight: MXTensor, block_k: int, warps: int = WGMMA_WARPS

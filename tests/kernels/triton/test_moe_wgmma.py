@@ -81,11 +81,16 @@ def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
         for n, k in ((2048, 7168), (28672, 8192), (2880, 28672)):  # the table's shape
             # classes (n_min, k_min) hold for experts too
             cfg = moe_wgmma.config_for(rows, e, "mxfp4", n, k)
-            assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False, n=n, k=k), \
-                (rows, e)
+            assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False, n=n, k=k,
+                                                    experts=True), (rows, e)
             six = moe_wgmma.config_for(rows, e, "mxfp6_e3m2", n, k)  # mxfp6: the table's own
-            assert six == linear_configs.config_for("wgmma", "other", block_m, False, n=n, k=k), \
-                (rows, e)
+            assert six == linear_configs.config_for("wgmma", "other", block_m, False, n=n, k=k,
+                                                    experts=True), (rows, e)
+    # experts-only rows: MoE takes them, a dense layer of the same shape never does
+    dense = linear_configs.config_for("wgmma", "fp4", 128, False, n=2048, k=7168)
+    moe = moe_wgmma.config_for(4096, 8, "mxfp4", 2048, 7168)
+    assert moe.rep == 2 and dense.rep == 1 and moe != dense
+    assert all(not r.experts for r in linear_configs.TABLE if r.family != "fp4")
 
 
 def test_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
