@@ -27,8 +27,7 @@ from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
 from registry.machine.timing import graph_ms, median_ms  # noqa: E402
 from kernels.triton import linear_wgmma, moe_wgmma  # noqa: E402
-from kernels.triton.linear_wgmma import WgmmaConfig  # noqa: E402
-from tune_linear import wgmma_name  # noqa: E402
+from tune_linear import forced_spec, wgmma_name  # noqa: E402
 
 
 def bf16_moe(x, w, ids, weights):
@@ -72,13 +71,6 @@ def forced_config(cfg):
         moe_wgmma.config_for = saved[0]
         for g, value in zip(gates, saved[1]):
             setattr(linear_wgmma, g, value)
-
-
-def forced_spec(spec: str) -> WgmmaConfig:
-    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] -> its WgmmaConfig."""
-    v = [int(t) for t in spec.split(":")]
-    return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
-                       sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1)
 
 
 def timed(fn, dev) -> tuple[float, str]:

@@ -186,6 +186,13 @@ def rep_configs(m: int) -> list[WgmmaConfig]:
     return grid[next(b for b in BLOCK_M_VERIFIED if b >= m)]
 
 
+def forced_spec(spec: str) -> WgmmaConfig:
+    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] -> its WgmmaConfig."""
+    v = [int(t) for t in spec.split(":")]
+    return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
+                       sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1)
+
+
 def wgmma_name(c: WgmmaConfig) -> str:
     return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
             f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
@@ -202,6 +209,9 @@ def main() -> None:
                     "fused-QDQ twins of the bucket's first two, the occupancy grid (K halves, "
                     "register caps) or the rep grid (128 rows a warpgroup); beside the table's "
                     "own pick")
+    ap.add_argument("--wgmma-specs", help="instead of --wgmma-grid: these wgmma configs, "
+                    "comma-separated block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] "
+                    "(each M takes those whose block_m is its tile: the smallest >= M)")
     ap.add_argument("--eager", action="store_true",
                     help="also time each variant eager (host time included)")
     ap.add_argument("--ms", help="comma-separated M values of the main sweep (default: "
@@ -261,6 +271,10 @@ def main() -> None:
                             "warps8": [c for c in cfgs if c.warps == 8],
                             "occupancy": occupancy_configs(m),
                             "rep": rep_configs(m)}[args.wgmma_grid]
+                    if args.wgmma_specs:  # those whose tile is M's (the table's tiles)
+                        tile = next(b for b in linear_wgmma.BLOCK_M_VERIFIED if b >= m)
+                        cfgs = [c for c in map(forced_spec, args.wgmma_specs.split(","))
+                                if c.block_m == tile]
                     variants += [(wgmma_name(c), lambda x, p, c=c: fused_linear(
                         x, p, strategy="wgmma", config=c)) for c in cfgs]
                 if m <= 128 and "mma" in parts:
