@@ -19,10 +19,7 @@ WORKERS=${WORKERS:-8}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 # the probe cache outside $OUT: the device tool brings back a handful of files only (8)
 export REGISTRY_CACHE_DIR=${REGISTRY_CACHE_DIR:-${TMPDIR:-/tmp}/gpu-check-cache}
-if ! python3 -c "import pydantic, jsonschema" 2>/dev/null && [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
-fi
+source tools/device_wheels.sh  # pydantic / jsonschema from .whl/ where missing
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check: no GPU here (torch.cuda.is_available() is False); run it on the GPU machine')" || exit 2
 
 start=$(date -u +%s)

@@ -6,10 +6,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export REGISTRY_CACHE_DIR=${REGISTRY_CACHE_DIR:-$OUT/cache}
-if [ -d .whl ]; then  # the device image lacks pydantic: carried as wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
+source "$(dirname "$0")/device_wheels.sh"  # pydantic / jsonschema from .whl/ where missing
 STEPS=${STEPS:-doctor determinism pytest}
 step() { local name=$1 limit=$2; shift 2; case " $STEPS " in *" $name "*) ;; *) return;; esac
          echo; echo "=== $name"; timeout "$limit" "$@"; echo "=== $name rc=$?"; }

@@ -16,10 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ncu}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-if ! python3 -c "import pydantic" 2>/dev/null && [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
-fi
+source tools/device_wheels.sh  # pydantic / jsonschema from .whl/ where missing
 NCU=${NCU:-$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)}
 [ -n "$NCU" ] || { echo "ncu_wgmma: no ncu on this machine (set NCU=/path/to/ncu)"; exit 2; }
 CASES=${CASES:-"mxfp4:128:8192x8192 mxfp4:128:28672x8192 mxfp4:64:8192x8192"}
