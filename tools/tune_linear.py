@@ -135,10 +135,15 @@ def mma_configs(m: int, quick: bool) -> list[MmaConfig]:
     return grid[:2] if quick else grid
 
 
+def tile_of(m: int) -> int:
+    """The wgmma kernel's M tile for M rows: the smallest verified block_m >= M."""
+    return next(b for b in BLOCK_M_VERIFIED if b >= m)
+
+
 def wgmma_configs(m: int, quick: bool) -> list[WgmmaConfig]:
     """The Gluon kernel's grid for M's bucket (2026-12-01 sweep: docs/benchmarks.md part 4);
     from block_m 32, two-warpgroup variants (warps 8: the x tile read once for 128 rows)."""
-    block_m = next(b for b in BLOCK_M_VERIFIED if b >= m)
+    block_m = tile_of(m)
     grid = {8: [(256, 2, 3), (256, 2, 4), (256, 4, 4), (128, 2, 4), (512, 2, 3)],
             16: [(128, 2, 4), (256, 2, 3), (256, 2, 4), (256, 4, 4)],
             32: [(256, 2, 3), (128, 2, 4), (256, 2, 4), (128, 4, 4), (128, 2, 4, 0, 8),
@@ -169,7 +174,7 @@ def occupancy_configs(m: int) -> list[WgmmaConfig]:
                   W(128, 128, 4, 2, warps=8, maxnreg=128), W(128, 128, 1, 2, warps=8,
                   maxnreg=128), W(128, 128, 2, 2, warps=8, maxnreg=128, sub_k=2),
                   W(128, 128, 2, 3, warps=8, sub_k=2)]}
-    return grid[next(b for b in BLOCK_M_VERIFIED if b >= m)]
+    return grid[tile_of(m)]
 
 
 def rep_configs(m: int) -> list[WgmmaConfig]:
@@ -183,7 +188,7 @@ def rep_configs(m: int) -> list[WgmmaConfig]:
                  W(64, 128, 4, 2, rep=2)],
             128: [W(128, 128, 4, 2, rep=2), W(128, 128, 2, 2, rep=2), W(128, 128, 1, 2, rep=2),
                   W(128, 128, 8, 2, rep=2), W(128, 128, 4, 2, rep=2, sub_k=2)]}
-    return grid[next(b for b in BLOCK_M_VERIFIED if b >= m)]
+    return grid[tile_of(m)]
 
 
 def forced_spec(spec: str) -> WgmmaConfig:
@@ -219,6 +224,8 @@ def main() -> None:
     ap.add_argument("--weights", default="mxfp4,mxfp4:mxfp4,mxfp8_e4m3:mxfp8_e4m3",
                     help="the main sweep's contracts, W[:A] (e.g. mxfp4,mxfp6_e3m2)")
     args = ap.parse_args()
+    # parsed (and checked: WgmmaConfig's one-line errors) before any GPU work
+    specs = [forced_spec(c) for c in args.wgmma_specs.split(",")] if args.wgmma_specs else []
     dev = "cuda"
     parts = set(args.parts.split(","))
     # every variant is checked against the reference here (err column): configs still gated
@@ -264,17 +271,16 @@ def main() -> None:
                     variants += [(config_name(c), lambda x, p, c=c: fused_linear(
                                       x, p, strategy="decode", config=c)) for c in cfgs]
                 if m <= 128 and "wgmma" in parts and w in linear_wgmma.FORMATS:
-                    cfgs = wgmma_configs(m, args.quick)
-                    fused = [dataclasses.replace(c, fuse_act=True) for c in cfgs[:2]] \
-                        if a is not None and m <= 16 else []  # W*A*: the QDQ in the kernel
-                    cfgs = {"all": cfgs + fused, "fused": fused,
-                            "warps8": [c for c in cfgs if c.warps == 8],
-                            "occupancy": occupancy_configs(m),
-                            "rep": rep_configs(m)}[args.wgmma_grid]
-                    if args.wgmma_specs:  # those whose tile is M's (the table's tiles)
-                        tile = next(b for b in linear_wgmma.BLOCK_M_VERIFIED if b >= m)
-                        cfgs = [c for c in map(forced_spec, args.wgmma_specs.split(","))
-                                if c.block_m == tile]
+                    if specs:  # those whose tile is M's (the table's tiles)
+                        cfgs = [c for c in specs if c.block_m == tile_of(m)]
+                    else:
+                        cfgs = wgmma_configs(m, args.quick)
+                        fused = [dataclasses.replace(c, fuse_act=True) for c in cfgs[:2]] \
+                            if a is not None and m <= 16 else []  # W*A*: the QDQ in the kernel
+                        cfgs = {"all": cfgs + fused, "fused": fused,
+                                "warps8": [c for c in cfgs if c.warps == 8],
+                                "occupancy": occupancy_configs(m),
+                                "rep": rep_configs(m)}[args.wgmma_grid]
                     variants += [(wgmma_name(c), lambda x, p, c=c: fused_linear(
                         x, p, strategy="wgmma", config=c)) for c in cfgs]
                 if m <= 128 and "mma" in parts:
