@@ -193,7 +193,13 @@ def rep_configs(m: int) -> list[WgmmaConfig]:
 
 def forced_spec(spec: str) -> WgmmaConfig:
     """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] -> its WgmmaConfig."""
-    v = [int(t) for t in spec.split(":")]
+    try:
+        v = [int(t) for t in spec.split(":")]
+    except ValueError:
+        v = []
+    if not 5 <= len(v) <= 8:
+        raise ValueError(f"wgmma spec {spec!r}: want 5 to 8 integers, "
+                         "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]]")
     return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
                        sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1)
 

@@ -1,0 +1,31 @@
+"""tools/tune_linear.py's explicit wgmma configs (--wgmma-specs, bench_moe --wgmma): a bad spec
+is refused in one line naming it and the expected fields, before any GPU work."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import tune_linear  # noqa: E402
+
+
+def test_a_spec_is_its_config() -> None:
+    cfg = tune_linear.forced_spec("64:128:2:3:8:128:2:2")
+    assert (cfg.block_m, cfg.block_k, cfg.split, cfg.stages, cfg.warps, cfg.maxnreg, cfg.sub_k,
+            cfg.rep) == (64, 128, 2, 3, 8, 128, 2, 2)
+    assert tune_linear.wgmma_name(cfg) == "wgmma 64x128 s2 st3 w8 sub2 r128 rep2"
+    assert [tune_linear.tile_of(m) for m in (1, 8, 9, 100, 128)] == [8, 8, 16, 128, 128]
+
+
+@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9"))
+def test_a_malformed_spec_says_what_is_wanted(spec: str) -> None:
+    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 8 integers, "
+                                         r"block_m:block_k:split:stages:warps"):
+        tune_linear.forced_spec(spec)
+
+
+def test_a_spec_past_the_verified_tiles_gets_the_configs_error() -> None:
+    with pytest.raises(ValueError, match=r"block_m=48 is not one of"):
+        tune_linear.forced_spec("48:128:2:3:4")
