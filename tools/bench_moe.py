@@ -93,8 +93,8 @@ def main() -> None:
                     help="backends timed (each checked against the reference first)")
     ap.add_argument("--wgmma", default="",
                     help="also time the triton backend with each of these wgmma configs forced, "
-                    "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] (gated ones too: "
-                    "every row is checked against the reference)")
+                    "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] (gated "
+                    "ones too: every row is checked against the reference)")
     args = ap.parse_args()
     dev = "cuda"
     forced = [forced_spec(c) for c in args.wgmma.split(",") if c]

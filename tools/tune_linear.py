@@ -192,22 +192,24 @@ def rep_configs(m: int) -> list[WgmmaConfig]:
 
 
 def forced_spec(spec: str) -> WgmmaConfig:
-    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] -> its WgmmaConfig."""
+    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] -> its WgmmaConfig."""
     try:
         v = [int(t) for t in spec.split(":")]
     except ValueError:
         v = []
-    if not 5 <= len(v) <= 8:
-        raise ValueError(f"wgmma spec {spec!r}: want 5 to 8 integers, "
-                         "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]]")
+    if not 5 <= len(v) <= 9:
+        raise ValueError(f"wgmma spec {spec!r}: want 5 to 9 integers, "
+                         "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]]")
     return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
-                       sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1)
+                       sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1,
+                       tma_x=bool(v[8]) if len(v) > 8 else False)
 
 
 def wgmma_name(c: WgmmaConfig) -> str:
     return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
             f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
-            f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}")
+            f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}"
+            f"{' tma' if c.tma_x else ''}")
 
 
 def main() -> None:
@@ -221,7 +223,7 @@ def main() -> None:
                     "register caps) or the rep grid (128 rows a warpgroup); beside the table's "
                     "own pick")
     ap.add_argument("--wgmma-specs", help="instead of --wgmma-grid: these wgmma configs, "
-                    "comma-separated block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep]]] "
+                    "comma-separated block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] "
                     "(each M takes those whose block_m is its tile: the smallest >= M)")
     ap.add_argument("--eager", action="store_true",
                     help="also time each variant eager (host time included)")

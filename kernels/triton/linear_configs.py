@@ -19,7 +19,7 @@ from typing import Optional
 from kernels.triton.linear_decode import GPU_FMA_CONFIG_8BIT, DecodeConfig
 from kernels.triton.linear_gemv import GemvConfig
 from kernels.triton.linear_mma import MmaConfig
-from kernels.triton.linear_wgmma import WgmmaConfig
+from kernels.triton.wgmma_config import WgmmaConfig
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,18 @@ _WGMMA_1 = WgmmaConfig(block_m=8, block_k=256, split=2, stages=3)
 # M = 128 on wide layers (N >= 16384): two warpgroups (the x tile read once for 128 rows), 2
 # stages and 128 registers a thread (ptxas: 128 with ~112 bytes of spills outside the K loop,
 # was 165), so that two CTAs share an SM; no split-K (224 programs on 28672 x 8192)
-_WIDE_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=2, warps=8, maxnreg=128)
+# The x tile by TMA (tma_x: one copy of the 16-32 KB tile in place of 16 cp.async a thread;
+# 168 -> 128 registers at M = 128) where it won, H200 2026-12-03 09:42 UTC (tune_linear
+# --wgmma-specs, docs/benchmarks.md part 10), cp.async -> TMA, us, same run:
+#   mxfp4  M = 128 s2 st3 43.7 -> 40.3 (8192^2), 130.5 -> 115.3 (8192 x 28672); _WIDE_128
+#          126.6 -> 113.4 (28672 x 8192); M = 64 w8 s1 st4 82.2 -> 81.4, s2 st3 28.0 -> 28.0
+#   mxfp6 e3m2  M = 128 _WIDE_128 149.0 -> 124.0, s2 st2 sub2 48.4 -> 48.6 / 134.9 -> 129.8;
+#          M = 64 loses (w8 s1 st3 101.3 -> 109.1, sub2 91.7 -> 94.7): cp.async kept
+#   mxfp8 e4m3  M = 128 _WIDE_128 139.6 -> 129.1, s2 st3 w8 51.9 -> 50.3 / 155.8 -> 143.5;
+#          M = 64 even (89.3 -> 89.0): cp.async kept. At M <= 32 (a 4-8 KB tile) TMA loses
+#          (2026-12-02, part 8).
+_WIDE_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=2, warps=8, maxnreg=128,
+                        tma_x=True)
 TABLE: tuple[Choice, ...] = (
     # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel, block_m = M's bucket (H200
     # 2026-12-01, .scratch/gpu_wg2.py, graph, cold weights; N x K = 8192^2 / 28672 x 8192 /
@@ -67,11 +78,12 @@ TABLE: tuple[Choice, ...] = (
     # M = 64 on wide layers (N >= 16384): two warpgroups without split-K, 81.1 us against
     # 89.3 on 28672 x 8192 (H200 2026-12-02 02:55 UTC, tools/gpu_sweeps.sh); on N = 8192 the
     # same config loses (0.66 / 0.70x against 1.31 / 1.52x: 64 programs for 132 SMs)
-    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=4, warps=8),
-           n_min=16384),
+    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=4, warps=8,
+                                           tma_x=True), n_min=16384),
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=4, stages=2, rep=2),
            k_min=16384),
-    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
+    Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3,
+                                           tma_x=True)),
     # M = 128 on wide layers: two warpgroups capped at 128 registers with 2 stages (two CTAs an
     # SM, was one), 118.7 us against 136.4 on 28672 x 8192 (H200 2026-12-02 04:31 UTC,
     # tune_linear --wgmma-grid occupancy); on N = 8192 it loses (52.5 against 42.5 us)
@@ -79,11 +91,14 @@ TABLE: tuple[Choice, ...] = (
     # 2026-12-02 04:58 UTC, bench_moe): 128 rows a warpgroup, 2 stages, 1432 us (0.80x bf16
     # _grouped_mm) against 1570 us for the dense rows below; on dense N = 8192 the same config
     # loses (52.8 against 42.9 us), hence experts only
-    Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2, rep=2),
-           experts=True),
+    # with the x tile by TMA (2026-12-03 09:49 UTC, bench_moe T = 2048): DeepSeek-like 1425 ->
+    # 1340 us (0.84x), gpt-oss-like (E = 32, top-4, 2880^2) 540 -> 482 us (1.47x), E = 8 214 ->
+    # 205 us (there 128 rows rep 1 with TMA: 144 us; the table has no mean-rows class yet)
+    Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2, rep=2,
+                                            tma_x=True), experts=True),
     Choice("fp4", 128, "wgmma", _WIDE_128, n_min=16384),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
-                                            max_tiles=256)),
+                                            max_tiles=256, tma_x=True)),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
     # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
     # decode 27.4 / 66.6 / 88.4); M <= 16 mma 23.5 / 73 / 69 (old 45 / 131 / 142)
@@ -116,7 +131,7 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=4, stages=2, rep=2,
                                             sub_k=2), k_min=16384),
     Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3, warps=8,
-                                            max_tiles=128), n_min=8192),
+                                            max_tiles=128, tma_x=True), n_min=8192),
     # mxfp8 e5m2 (or e4m3 where wgmma does not apply) via the fp8 convert: M = 1 / 16 / 64
     # 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
     Choice("fp8", 16, "mma", _SMALL),
@@ -158,7 +173,7 @@ TABLE: tuple[Choice, ...] = (
                                              sub_k=2)),
     Choice("other", 128, "wgmma", _WIDE_128, n_min=16384),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2,
-                                              sub_k=2), n_min=8192),
+                                              sub_k=2, tma_x=True), n_min=8192),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)

@@ -34,7 +34,6 @@ against reference-emulation. GROUPED: MoE experts (moe_wgmma.py), one tile table
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -42,24 +41,19 @@ from torch import Tensor
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              warpgroup_mma, warpgroup_mma_wait)
 
-from kernels.reference.packing import unpack_codes
-from kernels.spec.formats import get_format
 from kernels.triton import launcher
-from kernels.triton.fit import k_slices
-from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
-from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
-from kernels.triton.fp8_words import fp8_fits, wgmma_layout_fp8
 from kernels.triton.launcher import aligned
-from kernels.triton.linear_decode import checked_once, fp4_scale_fits
-from kernels.triton.linear_mma import _LOCK_TILES, workspace
+from kernels.triton.linear_mma import workspace
+from kernels.triton.wgmma_config import (  # noqa: F401 (re-exported: the kernel's vocabulary)
+    BLOCK_M_VERIFIED, FORMATS, WgmmaConfig, WgmmaPlan, _layout, weight_format, wgmma_plan)
 from kernels.triton.wgmma_decode import (along, decode_fp4, decode_fp6, decode_fp8, fp6_operands,
                                          halves, scale_word, x_copy_layout)
 from kernels.triton import wgmma_tiles
-from kernels.triton.wgmma_tiles import (copy_tile, copyable_rows, cta_barrier, qdq_x_tile,
-                                        store_out, x_mask)
+from kernels.triton.wgmma_tiles import (X_SMEM, XDesc, copy_tile, copyable_rows, cta_barrier,
+                                        qdq_x_tile, store_out, x_descriptor)
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
@@ -69,7 +63,8 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
                          K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
-                         ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1):
+                         ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
+                         X_TMA: gl.constexpr = False):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
@@ -80,7 +75,10 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     tile's QDQ in the kernel, into a buffer of its own, before the wgmma reads it. SUB_K 2: each
     K tile as two halves, the second decoded while the first's wgmma is in flight. REP 2: each
     warpgroup owns two 64-row blocks (128 weight rows a warpgroup, two wgmmas a K step on one
-    x tile): the tile's G = WARPS * REP groups of 16 rows, warp w holding groups w, w + WARPS."""
+    x tile): the tile's G = WARPS * REP groups of 16 rows, warp w holding groups w, w + WARPS.
+    X_TMA: x_ptr is a TMA descriptor of x ([M, K], box [BLOCK_M, BLOCK_K]) and each x tile one
+    TMA copy completing on its slot's mbarrier (no address math or masks a thread; the wgmma
+    reads what the async proxy wrote, so no proxy fence a tile unless ACT rewrites it)."""
     G: gl.constexpr = WARPS * REP  # 16-row groups a tile (the layout's `warps`)
     BLOCK_N: gl.constexpr = 16 * G
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
@@ -94,7 +92,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                                                   instr_shape=[16, BLOCK_M, 16])
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     XL: gl.constexpr = x_copy_layout(BLOCK_K, WARPS)
-    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    XS: gl.constexpr = X_SMEM
     SL: gl.constexpr = gl.SliceLayout(2, WL)  # scale bytes: the t lanes of a row share them
     WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # 16 B a lane in a row
     SS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0])
@@ -137,10 +135,18 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                 + along(2, 5, 6, BL))
         bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + boff
     sbase = s_ptr + (pid_n * ktiles).to(gl.int64) * TS + soff
-    xi = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, XL))
-    xc = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, XL))
-    xptrs = x_ptr + (row0 + xi).to(gl.int64)[:, None] * stride_x + xc[None, :]
-    xmask = (xi < rows_left)[:, None] & (xc >= 0)[None, :]
+    if X_TMA:  # x_ptr: the descriptor; one mbarrier a ring slot
+        xptrs, xmask, xc = x_ptr, 0, 0
+        xbar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(STAGES):
+            mbarrier.init(xbar.index(s), count=1)
+        cta_barrier()  # initialised before any thread expects or waits on them
+    else:
+        xi = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, XL))
+        xc = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, XL))
+        xptrs = x_ptr + (row0 + xi).to(gl.int64)[:, None] * stride_x + xc[None, :]
+        xmask = (xi < rows_left)[:, None] & (xc >= 0)[None, :]
+        xbar = w_ptr  # (unused)
 
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WS)
     s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, G, 8, 2, NBH, 4], SS)
@@ -151,21 +157,26 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     for s in gl.static_range(D):
         t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
         copy_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), x_smem.index(s),
-                  wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs + t * BLOCK_K,
-                  x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL), FMT)
+                  wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs, xmask, xc,
+                  _slot(xbar, s, X_TMA), t, K, row0, BLOCK_K, K_TAIL, FMT, X_TMA)
     if len(ACT) > 0:
         xq_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_K], XS)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
     for kk in range(k_lo, k_hi):
         i = kk - k_lo
         async_copy.wait_group(D - 1)  # tile kk has landed (this thread's copies)
-        fence_async_shared()  # ... and is visible to wgmma's async proxy
+        if X_TMA:  # ... and its x tile (copy i of slot i % STAGES: phase (i // STAGES) & 1)
+            mbarrier.wait(xbar.index(i % STAGES), (i // STAGES) & 1)
+            if len(ACT) > 0:  # (the QDQ's generic reads of the slot the copy engine
+                fence_async_shared()  # rewrites next: ordered across proxies, cheaply)
+        else:
+            fence_async_shared()  # ... and is visible to wgmma's async proxy
         cta_barrier()  # every thread's; and every warp is past wgmma kk - 1 (frees xq_smem)
         t = gl.minimum(kk + D, k_hi - 1)
         nxt = (i + D) % STAGES
         copy_tile(w_smem.index(nxt), b_smem.index(nxt), s_smem.index(nxt), x_smem.index(nxt),
-                  wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs + t * BLOCK_K,
-                  x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL), FMT)
+                  wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs, xmask, xc,
+                  _slot(xbar, nxt, X_TMA), t, K, row0, BLOCK_K, K_TAIL, FMT, X_TMA)
         cur = i % STAGES
         xb = x_smem.index(cur)
         if len(ACT) > 0:  # W*A*: QDQ the x tile here instead of in a launch of its own
@@ -205,6 +216,10 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
             acc = warpgroup_mma(a1, xb.slice(HK, HK, dim=1).permute((1, 0)), acc, is_async=True)
             acc, a0, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a0, a1])
     async_copy.wait_group(0)
+    if X_TMA:  # the D copies issued past the slice's last tile land before the CTA exits
+        n_done = k_hi - k_lo
+        for j in gl.static_range(D):
+            mbarrier.wait(xbar.index((n_done + j) % STAGES), ((n_done + j) // STAGES) & 1)
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
     orow = pid_n * BLOCK_N + rows  # output features
@@ -228,6 +243,16 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
 
 
 @gluon.jit
+def _slot(xbar, s, X_TMA: gl.constexpr):
+    """Ring slot s's x mbarrier (X_TMA; else the unused placeholder as it is)."""
+    if X_TMA:
+        bar = xbar.index(s)
+    else:
+        bar = xbar
+    return bar
+
+
+@gluon.jit
 def _decode(words, bw, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
             A: gl.constexpr, FMT: gl.constexpr):
     """A K tile's (or half's) A operand from its per-thread operands, by weight format."""
@@ -239,9 +264,6 @@ def _decode(words, bw, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr
         return decode_fp4(words, sword, BLOCK_N, BLOCK_K, A)
 
 
-# wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
-# the 2026-12-01 sweeps, N x K 200 x 1024 and 28672 x 8192, three calls each, bit-identical).
-BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
 # K past whole tiles (K_TAIL) and mxfp6 weights (FMT 1 / 2, fp6_words' layout): gates a path
 # passes once its GPU test has (test_k_past_whole_tiles_runs_on_wgmma, test_fp6_weights_match_
 # the_reference, test_fp6_experts_match_the_reference): both passed in the whole-suite GPU run
@@ -268,78 +290,11 @@ SUB_K_VERIFIED = True
 # f744bf5: mxfp4 / e3m2 / e4m3, M 32..128, three shapes) matched the reference; the switch is
 # test_k_halves_match_the_reference's REP 2 cases in the whole-suite GPU run of this table.
 REP_VERIFIED = True
-
-
-@dataclass(frozen=True)
-class WgmmaConfig:
-    block_m: int  # activation rows a program: one of BLOCK_M_VERIFIED
-    block_k: int  # a multiple of 128
-    split: int  # K slices (1: none)
-    stages: int  # shared-memory buffers (>= 2): stages - 1 K tiles in flight
-    max_tiles: int = 0  # split-K only while output tiles <= this (0: always); data, not a rule
-    warps: int = WGMMA_WARPS  # 4 or 8: 16 weight rows a warp (WARPS_VERIFIED)
-    fuse_act: bool = False  # W*A* with a dynamic MX key: the x tile's QDQ in the kernel
-    sub_k: int = 1  # 2: each K tile in two halves, one decoded under the other's wgmma
-    maxnreg: int = 0  # a register cap a thread (0: ptxas' choice): two 8-warp CTAs an SM at 128
-    rep: int = 1  # 64-row blocks a warpgroup (2: 128 rows a warpgroup, one x tile for both)
-
-    @property
-    def groups(self) -> int:
-        """16-row groups a program's weight tile (the layouts' `warps`)."""
-        return self.warps * self.rep
-
-    def __post_init__(self) -> None:
-        if self.block_m not in BLOCK_M_VERIFIED:
-            raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
-                             f"{BLOCK_M_VERIFIED} (verified on the H200)")
-        if self.block_k % 128 or self.stages < 2 or self.split < 1 or self.max_tiles < 0:
-            raise ValueError(f"WgmmaConfig: block_k={self.block_k} (a multiple of 128), "
-                             f"stages={self.stages} (>= 2), split={self.split} (>= 1), "
-                             f"max_tiles={self.max_tiles} (>= 0)")
-        if self.warps not in (4, 8):
-            raise ValueError(f"WgmmaConfig: warps={self.warps} is not 4 or 8 (one or two "
-                             "warpgroups)")
-        if self.sub_k not in (1, 2) or self.rep not in (1, 2) or \
-                not (self.maxnreg == 0 or 64 <= self.maxnreg <= 255):
-            raise ValueError(f"WgmmaConfig: sub_k={self.sub_k} (1 or 2), rep={self.rep} (1 or 2), "
-                             f"maxnreg={self.maxnreg} (0, or 64..255 registers a thread)")
-
-
-@dataclass(frozen=True)
-class WgmmaPlan:
-    """A call's launch, built once per (weight, M bucket, bias?): one direct launch a call."""
-
-    cfg: WgmmaConfig
-    grid_n: int
-    per_split: int
-    split: int
-    words: Tensor
-    sbytes: Tensor
-    n: int
-    k: int
-    key: int
-    bwords: Optional[Tensor] = None  # mxfp6: the codes' low bits (fp6_words)
-    fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2, 3 mxfp8 e4m3
-    act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
-    fast: dict = field(default_factory=dict, compare=False)  # stream -> launcher.Bound
-    device: Optional[int] = None  # the weight's CUDA device index (a torch.device a call: ~1 us)
-
-
-FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3")  # by the kernel's FMT
-
-
-def weight_format(consts: dict) -> Optional[str]:
-    """The wgmma layout a prepared weight's constexprs take (None: none)."""
-    if consts.get("W_SAT"):
-        return None
-    if consts["W_PACK"] == 1 and consts["W_BITS"] == 4:
-        return "mxfp4"
-    if consts["W_BITS"] == 6 and consts["W_PACK"] in (0, 2) and not consts.get("W_IS_INT"):
-        return {3: "mxfp6_e2m3", 2: "mxfp6_e3m2"}.get(consts.get("W_MBITS"))
-    if consts["W_BITS"] == 8 and consts["W_PACK"] == 0 and not consts.get("W_IS_INT") and \
-            consts.get("W_MBITS") == 3:
-        return "mxfp8_e4m3"
-    return None
+# The x tile by TMA (X_TMA, WgmmaConfig.tma_x; the table's mxfp4 rows at M = 64 / 128):
+# test_x_by_tma_matches_the_reference (every weight format, K tails, split-K, two warpgroups,
+# rep 2, K halves, the fused QDQ) and test_x_by_tma_experts_match_the_reference are its GPU
+# tests, run whole-suite on the H200 before it lands (docs/verification.md).
+TMA_X_VERIFIED = True
 
 
 def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
@@ -353,6 +308,8 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
         return "sub_k=2 (K tiles in halves): written, not yet verified on a GPU"
     if cfg.rep != 1 and not REP_VERIFIED:
         return "rep=2 (128 rows a warpgroup): written, not yet verified on a GPU"
+    if cfg.tma_x and not TMA_X_VERIFIED:
+        return "tma_x (the x tile by TMA): written, not yet verified on a GPU"
     if cfg.fuse_act and consts.get("ACT_MODE") and not wgmma_tiles.ACT_VERIFIED:
         return "fuse_act (the activation QDQ in the kernel): written, not yet verified on a GPU"
     fmt = weight_format(consts)
@@ -375,54 +332,6 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
     return None
 
 
-def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
-               cfg: WgmmaConfig, act: tuple = ()) -> Optional[WgmmaPlan]:
-    """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where a finite
-    scale byte is past the layout's range (mxfp4: 128, `fp4_scale_fits`; mxfp6: `scale_fits`;
-    checked once per weight, a device sync). `act`: the activation QDQ the kernel runs (with
-    `cfg.fuse_act`: wgmma_tiles.act_facts of the contract's key; () otherwise)."""
-    fmt = weight_format(cached["consts"])
-    layout = _layout(cached, fmt, k, cfg.block_k, cfg.groups)
-    if layout is None:
-        return None
-    ktiles = -(-k // cfg.block_k)
-    split, per_split = k_slices(ktiles, cfg.split)
-    grid_n = -(-n // (16 * cfg.groups))
-    tiles = grid_n * -(-m_max // cfg.block_m)
-    if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
-        split, per_split = 1, ktiles
-    words, sbytes, bwords = layout
-    act = act if cfg.fuse_act else ()
-    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act))
-    return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
-                     FORMATS.index(fmt), act, device=words.device.index)
-
-
-def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optional[tuple]:
-    """(words, scale bytes, B words or None) of a prepared weight, built once per K tile and
-    16-row groups a program (`warps`: WgmmaConfig.groups)."""
-    found = cached.get(("wgmma", block_k, warps))
-    if found is not None:
-        return found
-    data, scales = cached["data"], cached["scales"]
-    if fmt == "mxfp4":
-        if not fp4_scale_fits(cached):
-            return None
-        return cached.setdefault(("wgmma", block_k, warps),
-                                 (*wgmma_layout(data, scales, block_k, warps), None))
-    if fmt == "mxfp8_e4m3":
-        if not checked_once(cached, "fp8_fits", lambda: fp8_fits(data, scales)):
-            return None
-        a, b, s = wgmma_layout_fp8(data, scales, block_k, warps)
-    else:
-        if not checked_once(cached, "fp6_scale_fits", lambda: scale_fits(scales, fmt)):
-            return None
-        codes = data if cached["consts"]["W_PACK"] == 0 else unpack_codes(
-            data.view(torch.uint8), get_format(fmt), "packed", k)
-        a, b, s = wgmma_layout_fp6(codes, scales, fmt, block_k, warps)
-    return cached.setdefault(("wgmma", block_k, warps), (a, s, b))
-
-
 def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
     """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16. Calls
     without bias into a dense aligned output (fused_linear's) take the plan's `Bound` for the
@@ -436,7 +345,8 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
         bound = plan.fast.get(stream)
         optr = out.data_ptr()
         if bound is not None and optr % 16 == 0:
-            bound(stream, (x2d.data_ptr(), optr, m, x2d.stride(0), plan.n))
+            bound(stream, (XDesc(x2d) if cfg.tma_x else x2d.data_ptr(), optr, m, x2d.stride(0),
+                           plan.n))
             return
     grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
     part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * cfg.groups * cfg.block_m
@@ -444,11 +354,12 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
     b = bias if bias is not None else lock
     key = (plan.key, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b), aligned(out),
            out.stride(0) % 16 == 0, b.dtype)
-    args = (x2d, plan.words, plan.words if plan.bwords is None else plan.bwords, plan.sbytes, b,
+    xa = x_descriptor(x2d, cfg.block_m, cfg.block_k) if cfg.tma_x else x2d
+    args = (xa, plan.words, plan.words if plan.bwords is None else plan.bwords, plan.sbytes, b,
             out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1, x2d.stride(0),
             out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m, cfg.block_k,
             cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt, plan.act,
-            cfg.sub_k, cfg.rep)
+            cfg.sub_k, cfg.rep, cfg.tma_x)
     compiled = launcher.launch(_wgmma_linear_kernel, key, grid, args, num_warps=cfg.warps,
                                num_stages=1, maxnreg=cfg.maxnreg)
     if direct and stream is not None and compiled is not None and aligned(out) and \
@@ -460,5 +371,5 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
 _PER_CALL = (0, 5, 11, 16, 17)
 
 
-__all__ = ["FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows", "run_wgmma", "unavailable",
-           "weight_format", "wgmma_plan"]
+__all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows",
+           "run_wgmma", "unavailable", "weight_format", "wgmma_plan"]

@@ -41,6 +41,7 @@ from kernels.triton.linear_decode import checked_once, fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
                                          _wgmma_linear_kernel, copyable_rows)
+from kernels.triton.wgmma_tiles import x_descriptor
 from kernels.triton.moe_routing import combine, sort_rows
 
 VERIFIED = True
@@ -113,9 +114,10 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
         raise ValueError(f"moe_wgmma: warps={cfg.warps} (two warpgroups): written, not yet "
                          "verified on a GPU; use a config of linear_wgmma.WARPS_VERIFIED warps")
     if cfg.sub_k != 1 and not linear_wgmma.SUB_K_VERIFIED or \
-            cfg.rep != 1 and not linear_wgmma.REP_VERIFIED:
-        raise ValueError(f"moe_wgmma: sub_k={cfg.sub_k} / rep={cfg.rep}: written, not yet "
-                         "verified on a GPU; use sub_k=1, rep=1")
+            cfg.rep != 1 and not linear_wgmma.REP_VERIFIED or \
+            cfg.tma_x and not linear_wgmma.TMA_X_VERIFIED:
+        raise ValueError(f"moe_wgmma: sub_k={cfg.sub_k} / rep={cfg.rep} / tma_x={cfg.tma_x}: "
+                         "written, not yet verified on a GPU; use sub_k=1, rep=1, tma_x=False")
     if not checked_once(cached, "wgmma_scale_fits", lambda: fast_fp4_scale(weight.scales)
                         if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt)):
         raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "
@@ -144,12 +146,13 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k, weight.fmt)),
            launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
     launcher.launch(_wgmma_linear_kernel, key, (grid_n, slots, split),
-                    (x_sorted, words, bwords, sbytes, lock, weighted, part, lock, grp, dest,
+                    (x_descriptor(x_sorted, cfg.block_m, cfg.block_k) if cfg.tma_x else x_sorted,
+                     words, bwords, sbytes, lock, weighted, part, lock, grp, dest,
                      rw_sorted,
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
                      cfg.warps, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt), (),
-                     cfg.sub_k, cfg.rep),
+                     cfg.sub_k, cfg.rep, cfg.tma_x),
                     num_warps=cfg.warps, num_stages=1, maxnreg=cfg.maxnreg)
     return combine(weighted.view(tokens, top_k, n), out_dtype)
 

@@ -24,6 +24,7 @@ from torch import Tensor
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.spec.contract import QuantKey
@@ -35,6 +36,7 @@ ACT_VERIFIED = True
 # triton 3.6 (the H200) names it async_copy_global_to_shared; 3.9 (CPU CI) async_load
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # (3.9: barrier)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared  # (3.9 / 3.6)
 
 
 @gluon.jit
@@ -65,16 +67,46 @@ def x_mask(xmask, xc, t, K, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr):
 
 
 @gluon.jit
-def copy_tile(w_buf, b_buf, s_buf, x_buf, w_src, b_src, s_src, x_src, x_keep,
-               FMT: gl.constexpr):
-    """One K tile's cp.async copies into a ring slot (words, mxfp6 B words, scale bytes, the x
-    tile), committed as one group."""
+def copy_tile(w_buf, b_buf, s_buf, x_buf, w_src, b_src, s_src, x_src, xmask, xc, x_bar, t, K,
+              row0, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr, FMT: gl.constexpr,
+              X_TMA: gl.constexpr):
+    """K tile t's copies into a ring slot: words, mxfp6 / mxfp8 B words and scale bytes by
+    cp.async (one group); the x tile by cp.async too (x_src: the tile's pointers, xmask / xc
+    its rows / columns), or (X_TMA) by one TMA copy of x_src, a descriptor of x, at (row0,
+    t * BLOCK_K), completing on x_bar (rows past M and columns past K zero-filled)."""
     _async_load(w_buf, w_src)
     if FMT:
         _async_load(b_buf, b_src)
     _async_load(s_buf, s_src)
-    _async_load(x_buf, x_src, mask=x_keep)
+    if X_TMA:
+        mbarrier.expect(x_bar, x_src.block_type.nbytes)
+        _tma_load(x_src, [row0, t * BLOCK_K], x_bar, x_buf)
+    else:
+        _async_load(x_buf, x_src + t * BLOCK_K, mask=x_mask(xmask, xc, t, K, BLOCK_K, K_TAIL))
     async_copy.commit_group()
+
+
+class XDesc:
+    """The x operand of an X_TMA launch as Triton's CUDA launcher reads a tensor descriptor
+    (base, shape, strides, padding; the box and the swizzle are the compiled kernel's): built
+    per call (x's pointer and M change), cheaper than a validated TensorDescriptor."""
+
+    __slots__ = ("base", "shape", "strides", "padding")
+
+    def __init__(self, x2d: Tensor) -> None:
+        self.base, self.shape, self.strides = x2d, list(x2d.shape), list(x2d.stride())
+        self.padding = "zero"
+
+
+def x_descriptor(x2d: Tensor, block_m: int, block_k: int):
+    """The first launch's x descriptor (Triton specializes the kernel on its box and layout):
+    [block_m, block_k] boxes of x2d in the kernel's x_smem layout (128-byte swizzle)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(x2d, [block_m, block_k], X_SMEM)
+
+
+X_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
 
 def act_facts(key: Optional[QuantKey]) -> tuple:
@@ -109,5 +141,5 @@ def copyable_rows(x2d: Tensor) -> Tensor:
     return x2d
 
 
-__all__ = ["ACT_VERIFIED", "act_facts", "copy_tile", "copyable_rows", "cta_barrier", "qdq_x_tile",
-           "store_out", "x_mask"]
+__all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copyable_rows",
+           "cta_barrier", "qdq_x_tile", "store_out", "x_descriptor", "x_mask"]

@@ -262,6 +262,86 @@ def test_later_calls_launch_the_first_calls_arguments(monkeypatch: pytest.Monkey
         general.clear()
 
 
+def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tma_x: the first call passes Triton a TensorDescriptor of x ([M, K], boxes of block_m x
+    block_k in the kernel's x_smem layout: Triton specializes on them), later calls through the
+    plan's `launcher.Bound` a fresh `XDesc` of their own x (base, shape, strides: what Triton's
+    launcher encodes into the copy's tensor map), every other argument the first call's; the
+    MoE launch passes the sorted rows' descriptor. Recorded here (Gluon needs an sm_90 GPU)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    names = lw._wgmma_linear_kernel.arg_names
+    general: list = []
+    bound: list = []
+
+    class Compiled:
+        function, packed_metadata = 11, ("meta",)
+
+        @staticmethod
+        def run(*a):
+            bound.append(dict(zip(names, a[9:])))
+
+    def record(fn, key_, grid, args, num_warps, num_stages, **kw):
+        if fn is lw._wgmma_linear_kernel:
+            general.append(dict(zip(names, args)))
+            return Compiled
+        return None
+
+    cfg = lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=3, tma_x=True)
+    monkeypatch.setattr(launcher_mod, "launch", record)
+    monkeypatch.setattr(launcher_mod, "current_stream", lambda device: 5)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(lw, "unavailable", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_INTERPRETED", False)
+    monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", cfg))
+    gen = torch.Generator().manual_seed(4)
+    n, k = 200, 1024
+    prepared = KERNEL.prepare(fp4_weight(n, k, gen), SchemeContract(weight=key("mxfp4"),
+                                                                    activation=None))
+    x0 = torch.randn(40, k).to(torch.bfloat16)
+    fused_linear(x0, prepared)
+    first = general.pop()
+    desc = first["x_ptr"]
+    assert isinstance(desc, TensorDescriptor) and first["X_TMA"] is True
+    assert desc.base.data_ptr() == x0.data_ptr() and list(desc.shape) == [40, k]
+    assert list(desc.strides) == [k, 1]
+    assert list(desc.block_shape) == [64, 128] and desc.layout == wgmma_tiles.X_SMEM
+    for m in (33, 64, 50):  # (one M bucket: one plan)
+        x = torch.randn(m, k).to(torch.bfloat16)
+        fused_linear(x, prepared)
+        assert not general, general[-1]["x_ptr"]
+        got = bound.pop()
+        assert not general and isinstance(got["x_ptr"], wgmma_tiles.XDesc)
+        xd = got["x_ptr"]
+        assert (xd.base.data_ptr(), xd.shape, xd.strides, xd.padding) == (
+            x.data_ptr(), [m, k], [k, 1], "zero")
+        assert got["M"] == m and got["X_TMA"] is True
+        for name in names:
+            if name not in ("x_ptr", "out_ptr", "M", "stride_x", "stride_o"):
+                want = first[name]
+                want = want.data_ptr() if isinstance(want, torch.Tensor) else want
+                assert got[name] == want, name
+
+    from kernels.triton import moe_routing, moe_wgmma
+    w = fp4_weight(n, k, gen)
+    ex = MXTensor(w.data.reshape(2, n // 2, -1), w.scales.reshape(2, n // 2, -1), "mxfp4",
+                  "even", torch.Size((2, n // 2, k)), w.layout)
+    monkeypatch.setattr(moe_wgmma, "sort_rows", moe_routing.sort_rows_torch)
+    monkeypatch.setattr(moe_wgmma, "combine", lambda rows, dtype: rows.sum(1))
+    monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)
+    ids = torch.randint(0, 2, (30, 1), generator=gen)
+    moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
+                                    torch.ones(30, 1), torch.float32, {}, cfg)
+    args = general.pop()
+    assert args["GROUPED"] and args["X_TMA"] is True
+    assert list(args["x_ptr"].shape) == [30, k] and list(args["x_ptr"].block_shape) == [64, 128]
+    monkeypatch.setattr(lw, "TMA_X_VERIFIED", False)
+    with pytest.raises(ValueError, match=r"tma_x=True: written, not yet verified on a GPU"):
+        moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
+                                        torch.ones(30, 1), torch.float32, {}, cfg)
+
+
 COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split-K on / off
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3),
     dict(BLOCK_M=16, BLOCK_K=128, SPLIT=1, STAGES=4, FMT=1),
@@ -292,7 +372,16 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, REP=2, FMT=2, K_TAIL=True),
     dict(BLOCK_M=32, BLOCK_K=256, SPLIT=2, STAGES=3, REP=2, FMT=3, SUB_K=2),
     dict(BLOCK_M=16, BLOCK_K=128, SPLIT=2, STAGES=3, REP=2, FMT=1, GROUPED=True,
-         HAS_BIAS=False)]
+         HAS_BIAS=False),
+    # the x tile by TMA (tma_x, gated): every format, K tails, two warpgroups, grouped, the
+    # fused QDQ, K halves, rep 2
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=3, X_TMA=True),
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=4, FMT=2, K_TAIL=True, WARPS=8, X_TMA=True),
+    dict(BLOCK_M=16, BLOCK_K=256, SPLIT=2, STAGES=2, FMT=3, SUB_K=2, X_TMA=True),
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=2, STAGES=3, FMT=1, GROUPED=True, HAS_BIAS=False,
+         X_TMA=True),
+    dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, ACT="mxfp4:even", X_TMA=True),
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=4, STAGES=2, REP=2, X_TMA=True)]
 
 
 _COMPILE = """
@@ -311,9 +400,12 @@ for consts in json.loads(sys.stdin.read()):
             "bias_ptr": "*fp32", "out_ptr": "*fp32" if consts["GROUPED"] else "*bf16",
             "part_ptr": "*fp32", "lock_ptr": "*i32", "grp_ptr": "*i32", "dest_ptr": "*i32",
             "rw_ptr": "*fp32"}
+    if consts.get("X_TMA"):  # x as a TMA descriptor of [BLOCK_M, BLOCK_K] boxes
+        from kernels.triton.wgmma_tiles import X_SMEM
+        ptrs["x_ptr"] = f"tensordesc<bf16[{consts['BLOCK_M']}, {consts['BLOCK_K']}],{X_SMEM!r}>"
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if n in ptrs or n in by16}
+             if (n in ptrs or n in by16) and not sig[n].startswith("tensordesc")}
     try:
         ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs),
                              target=GPUTarget("cuda", 90, 32),
@@ -323,7 +415,8 @@ for consts in json.loads(sys.stdin.read()):
         continue
     found.append({p: len(re.findall(p, ptx)) for p in (
         r"wgmma\\.mma_async", r"st\\.shared", r"wgmma\\.wait_group\\.sync\\.aligned 0",
-        r"shfl\\.sync", r"cvt\\.rn\\.bf16")})
+        r"shfl\\.sync", r"cvt\\.rn\\.bf16", r"cp\\.async\\.bulk\\.tensor",
+        r"cp\\.async\\.cg\\.shared\\.global", r"mbarrier\\.try_wait")})
 print(json.dumps(found))
 """
 
@@ -331,7 +424,7 @@ print(json.dumps(found))
 def compile_consts(case: dict) -> dict:
     """A compile case's constexprs (the defaults, the case, ACT's facts from its key name)."""
     consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0,
-                     SUB_K=1, REP=1), **case}
+                     SUB_K=1, REP=1, X_TMA=False), **case}
     fmt, _, rounding = case.get("ACT", "").partition(":")
     consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
     assert bool(consts["ACT"]) == bool(fmt)
@@ -376,6 +469,9 @@ def test_the_kernel_compiles_for_sm90_without_a_shared_round_trip(index: int,
     else:  # no decoded weight value through shared memory
         assert found[r"st\.shared"] <= 1
     assert found[r"wgmma\.wait_group\.sync\.aligned 0"] >= 1
+    # X_TMA: x by TMA copies waited on through mbarriers; else no TMA at all
+    assert (found[r"cp\.async\.bulk\.tensor"] > 0) == bool(case.get("X_TMA"))
+    assert (found[r"mbarrier\.try_wait"] > 0) == bool(case.get("X_TMA"))
 
 
 # ------------------------------------------------------------------------------- GPU: the kernel
@@ -425,6 +521,10 @@ def test_configs_past_the_verified_tiles_are_refused() -> None:
     # weight-only calls have no QDQ to fuse: the config runs them as it is
     assert lw.unavailable(torch.device("cpu"), dict(FP4, ACT_MODE=0), 512, bf, bf, fused) == \
         "needs an NVIDIA GPU"
+    tma = lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=3, tma_x=True)
+    assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, tma) == (
+        "needs an NVIDIA GPU" if lw.TMA_X_VERIFIED else
+        "tma_x (the x tile by TMA): written, not yet verified on a GPU")
     two = lw.WgmmaConfig(block_m=128, block_k=128, split=1, stages=3, warps=8)
     assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, two) == (
         "needs an NVIDIA GPU" if 8 in lw.WARPS_VERIFIED else
@@ -812,3 +912,46 @@ def test_fp8_weights_match_the_reference(monkeypatch: pytest.MonkeyPatch) -> Non
                 for b in (None, bias):
                     out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
                     assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split, akey)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3"))
+def test_x_by_tma_matches_the_reference(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tma_x (the x tile by one TMA copy a K tile): bit for bit the cp.async kernel of the same
+    config (the same wgmmas in the same K order) and close to the reference; rows past M and
+    columns past K zero-filled by the copy (M 1..128, K 2880), N tails, split-K 1..4 with
+    slices shorter than the pipeline, stages 2..4, one and two warpgroups, rep 2, K halves, a
+    register cap, bias, NaN / Inf activations; W*A* with the QDQ fused (its proxy fence).
+    (Run with tma_x switched on: this test is what switches it on, `TMA_X_VERIFIED`.)"""
+    monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)
+    akey = key(fmt, static=False)
+    for n, k in ((200, 1024), (72, 2880)):
+        gen = torch.Generator().manual_seed(n + k + len(fmt) + 7)
+        w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
+            fmt, lambda n_, k_, g: fp6_weight(fmt, n_, k_, "packed", g))(n, k, gen).to("cuda")
+        for act in (None, akey):
+            prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=act))
+            bias = torch.randn(n, generator=gen).cuda()
+            for m, split, warps, block_k, stages, sub_k, rep, cap, fuse in (
+                    (1, 2, 4, 256, 4, 1, 1, 0, True), (16, 1, 4, 128, 4, 1, 1, 0, False),
+                    (64, 2, 4, 128, 3, 1, 1, 0, True), (100, 2, 8, 128, 2, 1, 1, 128, False),
+                    (128, 1, 8, 128, 2, 1, 1, 0, False), (128, 2, 4, 128, 3, 2, 1, 0, False),
+                    (64, 4, 4, 128, 2, 1, 2, 0, False), (40, 1, 4, 256, 3, 1, 1, 0, True)):
+                if act is not None and not fuse:
+                    continue
+                x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+                x[0, :32] = 0.0
+                x[0, 32:64] = 2.0 ** -130
+                if m > 1:
+                    x[1, 5] = float("inf")
+                    x[-1, k - 3] = float("nan")
+                base = dict(block_m=tile_for(m), block_k=block_k, split=split, stages=stages,
+                            warps=warps, sub_k=sub_k, rep=rep, maxnreg=cap, fuse_act=fuse)
+                tma = lw.WgmmaConfig(**base, tma_x=True)
+                plain = lw.WgmmaConfig(**base)
+                for b in (None, bias):
+                    got = fused_linear(x, prepared, b, strategy="wgmma", config=tma)
+                    want = fused_linear(x, prepared, b, strategy="wgmma", config=plain)
+                    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (
+                        n, k, m, split, act)
+                    assert close(got, reference_bf16(x, prepared, b)), (n, k, m, split, act)

@@ -251,3 +251,38 @@ def test_two_warpgroup_experts_match_the_reference(fmt: str, monkeypatch) -> Non
                 again = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached,
                                                         cfg)
                 assert torch.equal(again.view(torch.int32), got.view(torch.int32))
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2"))
+def test_x_by_tma_experts_match_the_reference(fmt: str, monkeypatch) -> None:
+    """tma_x on the experts' sorted rows: an M tile's rows past its expert's are the next
+    expert's (or past the end: zero-filled), and reach only accumulator columns never stored;
+    bit for bit the cp.async kernel's output, close to the reference; W*A16 and W*A*, block_m
+    16 / 64 / 128, split 1 / 2, one and two warpgroups, rep 2 (the experts row), K tails, NaN
+    blocks. (With
+    test_linear_wgmma's, what switches it on: `TMA_X_VERIFIED`.)"""
+    monkeypatch.setattr(linear_wgmma, "TMA_X_VERIFIED", True)
+    monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
+    act = QuantKey.mx(fmt, rounding="even", static=False)
+    for e, n, k, top_k, tokens, case in ((8, 200, 1024, 2, 300, "one expert"),
+                                         (4, 128, 2880, 3, 100, "random")):
+        gen = torch.Generator().manual_seed(e + n + k + len(fmt) + 3)
+        w = experts(e, n, k, gen, nan_blocks=3) if fmt == "mxfp4" else \
+            experts6(fmt, e, n, k, "packed", gen)
+        w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
+        x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).cuda()
+        ids, rw = routing(tokens, e, top_k, gen, case)
+        for a in (None, act):
+            want = grouped_experts_reference(x, w, a, None, ids, rw, torch.float32)
+            for block_m, split, warps, rep in ((16, 2, 4, 1), (64, 1, 8, 1), (128, 2, 4, 1),
+                                               (128, 2, 4, 2)):
+                plain = linear_wgmma.WgmmaConfig(block_m, 128, split, 3, warps=warps, rep=rep)
+                tma = linear_wgmma.WgmmaConfig(block_m, 128, split, 3, warps=warps, rep=rep,
+                                               tma_x=True)
+                got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, {}, tma)
+                base = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, {},
+                                                       plain)
+                assert torch.equal(got.view(torch.int32), base.view(torch.int32)), (
+                    e, n, k, block_m, split, a)
+                assert rel_err(got, want) <= 1e-5, (e, n, k, block_m, split, a)

@@ -1,0 +1,152 @@
+"""The wgmma kernel's host-side data (linear_wgmma.py): its launch config (`WgmmaConfig`, the
+tiles it is verified at), a prepared weight's plan (`WgmmaPlan`: the weight laid out once per K
+tile and row groups, split-K fitted, the launch's key) and which weight formats it decodes.
+
+Why apart from the kernel: the config table (linear_configs) and the tools read configs without
+importing the Gluon kernel, and the kernel module stays the kernel and its launch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from kernels.reference.packing import unpack_codes
+from kernels.spec.formats import get_format
+from kernels.triton import launcher
+from kernels.triton.fit import k_slices
+from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
+from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
+from kernels.triton.fp8_words import fp8_fits, wgmma_layout_fp8
+from kernels.triton.linear_decode import checked_once, fp4_scale_fits
+from kernels.triton.linear_mma import _LOCK_TILES
+
+# wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
+# the 2026-12-01 sweeps, N x K 200 x 1024 and 28672 x 8192, three calls each, bit-identical).
+BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    block_m: int  # activation rows a program: one of BLOCK_M_VERIFIED
+    block_k: int  # a multiple of 128
+    split: int  # K slices (1: none)
+    stages: int  # shared-memory buffers (>= 2): stages - 1 K tiles in flight
+    max_tiles: int = 0  # split-K only while output tiles <= this (0: always); data, not a rule
+    warps: int = WGMMA_WARPS  # 4 or 8: 16 weight rows a warp (WARPS_VERIFIED)
+    fuse_act: bool = False  # W*A* with a dynamic MX key: the x tile's QDQ in the kernel
+    sub_k: int = 1  # 2: each K tile in two halves, one decoded under the other's wgmma
+    maxnreg: int = 0  # a register cap a thread (0: ptxas' choice): two 8-warp CTAs an SM at 128
+    rep: int = 1  # 64-row blocks a warpgroup (2: 128 rows a warpgroup, one x tile for both)
+    tma_x: bool = False  # the x tile by one TMA copy (M >= 64: a 16-32 KB tile) not cp.async
+
+    @property
+    def groups(self) -> int:
+        """16-row groups a program's weight tile (the layouts' `warps`)."""
+        return self.warps * self.rep
+
+    def __post_init__(self) -> None:
+        if self.block_m not in BLOCK_M_VERIFIED:
+            raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
+                             f"{BLOCK_M_VERIFIED} (verified on the H200)")
+        if self.block_k % 128 or self.stages < 2 or self.split < 1 or self.max_tiles < 0:
+            raise ValueError(f"WgmmaConfig: block_k={self.block_k} (a multiple of 128), "
+                             f"stages={self.stages} (>= 2), split={self.split} (>= 1), "
+                             f"max_tiles={self.max_tiles} (>= 0)")
+        if self.warps not in (4, 8):
+            raise ValueError(f"WgmmaConfig: warps={self.warps} is not 4 or 8 (one or two "
+                             "warpgroups)")
+        if self.sub_k not in (1, 2) or self.rep not in (1, 2) or \
+                not (self.maxnreg == 0 or 64 <= self.maxnreg <= 255):
+            raise ValueError(f"WgmmaConfig: sub_k={self.sub_k} (1 or 2), rep={self.rep} (1 or 2), "
+                             f"maxnreg={self.maxnreg} (0, or 64..255 registers a thread)")
+
+
+@dataclass(frozen=True)
+class WgmmaPlan:
+    """A call's launch, built once per (weight, M bucket, bias?): one direct launch a call."""
+
+    cfg: WgmmaConfig
+    grid_n: int
+    per_split: int
+    split: int
+    words: Tensor
+    sbytes: Tensor
+    n: int
+    k: int
+    key: int
+    bwords: Optional[Tensor] = None  # mxfp6: the codes' low bits (fp6_words)
+    fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2, 3 mxfp8 e4m3
+    act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
+    fast: dict = field(default_factory=dict, compare=False)  # stream -> launcher.Bound
+    device: Optional[int] = None  # the weight's CUDA device index (a torch.device a call: ~1 us)
+
+
+FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3")  # by the kernel's FMT
+
+
+def weight_format(consts: dict) -> Optional[str]:
+    """The wgmma layout a prepared weight's constexprs take (None: none)."""
+    if consts.get("W_SAT"):
+        return None
+    if consts["W_PACK"] == 1 and consts["W_BITS"] == 4:
+        return "mxfp4"
+    if consts["W_BITS"] == 6 and consts["W_PACK"] in (0, 2) and not consts.get("W_IS_INT"):
+        return {3: "mxfp6_e2m3", 2: "mxfp6_e3m2"}.get(consts.get("W_MBITS"))
+    if consts["W_BITS"] == 8 and consts["W_PACK"] == 0 and not consts.get("W_IS_INT") and \
+            consts.get("W_MBITS") == 3:
+        return "mxfp8_e4m3"
+    return None
+
+
+def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
+               cfg: WgmmaConfig, act: tuple = ()) -> Optional[WgmmaPlan]:
+    """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where a finite
+    scale byte is past the layout's range (mxfp4: 128, `fp4_scale_fits`; mxfp6: `scale_fits`;
+    checked once per weight, a device sync). `act`: the activation QDQ the kernel runs (with
+    `cfg.fuse_act`: wgmma_tiles.act_facts of the contract's key; () otherwise)."""
+    fmt = weight_format(cached["consts"])
+    layout = _layout(cached, fmt, k, cfg.block_k, cfg.groups)
+    if layout is None:
+        return None
+    ktiles = -(-k // cfg.block_k)
+    split, per_split = k_slices(ktiles, cfg.split)
+    grid_n = -(-n // (16 * cfg.groups))
+    tiles = grid_n * -(-m_max // cfg.block_m)
+    if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
+        split, per_split = 1, ktiles
+    words, sbytes, bwords = layout
+    act = act if cfg.fuse_act else ()
+    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act))
+    return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
+                     FORMATS.index(fmt), act, device=words.device.index)
+
+
+def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optional[tuple]:
+    """(words, scale bytes, B words or None) of a prepared weight, built once per K tile and
+    16-row groups a program (`warps`: WgmmaConfig.groups)."""
+    found = cached.get(("wgmma", block_k, warps))
+    if found is not None:
+        return found
+    data, scales = cached["data"], cached["scales"]
+    if fmt == "mxfp4":
+        if not fp4_scale_fits(cached):
+            return None
+        return cached.setdefault(("wgmma", block_k, warps),
+                                 (*wgmma_layout(data, scales, block_k, warps), None))
+    if fmt == "mxfp8_e4m3":
+        if not checked_once(cached, "fp8_fits", lambda: fp8_fits(data, scales)):
+            return None
+        a, b, s = wgmma_layout_fp8(data, scales, block_k, warps)
+    else:
+        if not checked_once(cached, "fp6_scale_fits", lambda: scale_fits(scales, fmt)):
+            return None
+        codes = data if cached["consts"]["W_PACK"] == 0 else unpack_codes(
+            data.view(torch.uint8), get_format(fmt), "packed", k)
+        a, b, s = wgmma_layout_fp6(codes, scales, fmt, block_k, warps)
+    return cached.setdefault(("wgmma", block_k, warps), (a, s, b))
+
+
+__all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "weight_format",
+           "wgmma_plan"]
