@@ -92,10 +92,11 @@ TABLE: tuple[Choice, ...] = (
     # _grouped_mm) against 1570 us for the dense rows below; on dense N = 8192 the same config
     # loses (52.8 against 42.9 us), hence experts only
     # with the x tile by TMA (2026-12-03 09:49 UTC, bench_moe T = 2048): DeepSeek-like 1425 ->
-    # 1340 us (0.84x), gpt-oss-like (E = 32, top-4, 2880^2) 540 -> 482 us (1.47x), E = 8 214 ->
-    # 205 us (there 128 rows rep 1 with TMA: 144 us; the table has no mean-rows class yet)
+    # 1340 us (0.84x), gpt-oss-like (E = 32, top-4, 2880^2) 540 -> 482 us (1.47x); on E = 8,
+    # 2048^2 (K = 2048: 512 programs of 8 K tiles, 4 waves) it loses to the dense row below
+    # (128 rows, TMA): 205 against 144 us at T = 2048, 132 against 122 at T = 1024 -> k_min
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2, rep=2,
-                                            tma_x=True), experts=True),
+                                            tma_x=True), k_min=2880, experts=True),
     Choice("fp4", 128, "wgmma", _WIDE_128, n_min=16384),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
                                             max_tiles=256, tma_x=True)),
