@@ -171,8 +171,9 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
     rows = []
     for kernel, (tri_fn, ref_fn, inputs, nbytes) in kernels.items():
         ms = median_ms(rotating(tri_fn, inputs), device)
+        pack = tri.pack_code(fmt, layout)
         config = ("interpreter" if tri._INTERPRETED
-                  else f"{tri.GPU_TILE}, num_warps {tri.GPU_WARPS}")
+                  else f"{tri.gpu_tile(kernel, pack)}, num_warps {tri.GPU_WARPS}")
         g_ms = graph_ms(tri_fn, inputs, device)
         ref_ms = median_ms(rotating(ref_fn, inputs), device) if time_reference else None
         tbs = nbytes / (ms * 1e-3) / 1e12

@@ -17,7 +17,6 @@ import torch
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
 from kernels.triton import mx_quant
-from kernels.triton.mx_codec import KIND_OF_DTYPE, ROUNDING_CODE, format_constexprs
 
 from support.device import DEVICE
 
@@ -135,9 +134,8 @@ def test_packed_fp6_writes_only_its_words(pad: int) -> None:
         buf = torch.full((r + 2, w + pad), sentinel, dtype=torch.int32, device=DEVICE)
         words = buf[1:r + 1, :w]
         scales = torch.empty((r, k // 32), dtype=torch.uint8, device=DEVICE)
-        consts = format_constexprs(fmt)
-        consts.update(IN_KIND=KIND_OF_DTYPE[x.dtype], ROUNDING=ROUNDING_CODE["even"], PACK=2,
-                      ROW16B=words.stride(0) % 4 == 0)
+        consts = mx_quant.quantize_constexprs(fmt, "packed", x.dtype, "even",
+                                              words.stride(0) % 4 == 0)
         xd = x.to(DEVICE)
         mx_quant._launch(mx_quant._quantize_kernel, (mx_quant.bits_view(xd), words, scales),
                          r, k, (xd.stride(0), words.stride(0), scales.stride(0)), consts)

@@ -1,0 +1,83 @@
+"""The dequantize kernel's unsaturated tiles (scale bytes all <= mx_quant._safe_scale) against
+kernels.reference, bit for bit: every code of every format and layout, every output dtype,
+tiles whose scale bytes are safe - 1, safe, safe + 1, 0xFF and a mix.
+
+Why: a tile at or below SAFE_SCALE skips the saturation, so a SAFE_SCALE one too high lets the
+largest codes overflow to Inf in the safe + 1 tile (caught by the bits), and one too low is
+caught by the bound itself (the largest finite code times 2**(safe + 1 - 127) must pass the
+dtype's max).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.reference import mx as ref
+from kernels.reference.elements import code_value
+from kernels.reference.packing import pack_codes
+from kernels.spec.formats import FORMATS
+from kernels.triton import mx_quant
+
+from support.device import DEVICE
+
+pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
+
+FMT_LAYOUTS = [(name, layout) for name, f in FORMATS.items()
+               for layout in (("packed", "unpacked") if f.bits < 8 else ("unpacked",))]
+OUT = (torch.float32, torch.bfloat16, torch.float16)
+K = 256  # a row holds every code of an 8-bit format
+
+
+@pytest.mark.parametrize("out_dtype", OUT, ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_safe_scale_is_the_largest_safe_byte(name: str, out_dtype: torch.dtype) -> None:
+    fmt = FORMATS[name]
+    safe = mx_quant._safe_scale(fmt, out_dtype)
+    top = max(abs(v) for v in map(lambda c: code_value(fmt, c), range(1 << fmt.bits))
+              if math.isfinite(v))
+    limit = torch.finfo(out_dtype).max
+    assert top * 2.0 ** (safe - 127) <= limit
+    assert safe == 254 or top * 2.0 ** (safe + 1 - 127) > limit
+    known = {("mxfp4", torch.bfloat16): 252, ("mxfp8_e4m3", torch.bfloat16): 246,
+             ("mxfp4", torch.float16): 140, ("mxfp8_e4m3", torch.float16): 134}
+    assert known.get((name, out_dtype), safe) == safe
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert torch.equal(got.isnan(), want.isnan()), f"{what}: NaN positions differ"
+    ints = torch.int32 if got.element_size() == 4 else torch.int16
+    g, w = got.view(ints)[~got.isnan()], want.view(ints)[~want.isnan()]
+    bad = (g != w).nonzero()
+    assert not bad.numel(), (f"{what}: {len(bad)} values differ, first bits "
+                             f"{g[bad[0]].item():#x} vs {w[bad[0]].item():#x}")
+
+
+@pytest.mark.parametrize("out_dtype", OUT, ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("name,layout", FMT_LAYOUTS)
+def test_dequantize_around_safe_scale(name: str, layout: str, out_dtype: torch.dtype) -> None:
+    fmt = FORMATS[name]
+    safe = mx_quant._safe_scale(fmt, out_dtype)
+    tile_r = (mx_quant.INTERPRETER_TILE if DEVICE == "cpu"
+              else mx_quant.gpu_tile("dequantize", 0))["BLOCK_R"]
+    n = 1 << fmt.bits
+    codes = (torch.arange(K) % n).to(torch.uint8)
+    groups = [safe - 1, safe, safe + 1, 255]
+    rows = tile_r * (len(groups) + 1)
+    scales = torch.tensor(groups, dtype=torch.uint8).repeat_interleave(tile_r)
+    scales = scales[:, None].expand(-1, K // 32).clone()
+    mixed = torch.full((tile_r, K // 32), safe, dtype=torch.uint8)
+    mixed[tile_r // 2, 1] = 255  # one NaN block in an otherwise safe tile
+    mixed[tile_r - 1, -1] = safe + 1
+    scales = torch.cat([scales, mixed])
+    codes = codes.repeat(rows, 1)
+    data = pack_codes(codes, fmt, layout)
+    got = mx_quant.dequantize(data.to(DEVICE), scales.to(DEVICE), fmt, layout, K,
+                              out_dtype).cpu()
+    want = ref.dequantize(data, scales, fmt, layout, K, out_dtype)
+    for g, lo in enumerate(range(0, rows, tile_r)):
+        what = (f"{name} {layout} -> {out_dtype}, scale bytes "
+                f"{(groups + ['mixed'])[g]} (safe {safe})")
+        assert_same_bits(got[lo:lo + tile_r], want[lo:lo + tile_r], what)

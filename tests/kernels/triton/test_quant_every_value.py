@@ -1,0 +1,101 @@
+"""Every bf16 and every fp16 bit pattern through the Triton quantize kernel, bit for bit
+against kernels.reference (codes and scale bytes), for every fp element format, scale rounding
+and layout.
+
+Why: the kernel rounds bf16 / fp16 inputs by one multiply and an integer RNE on the fp32 bits
+(quant_blocks' folded path) when a tile's largest shared exponent allows, else by `encode`;
+both must equal the reference on every input, NaN / Inf / zero / subnormal included. Each
+pattern appears three times: among neighbours of similar magnitude (runs of 1024 and of 8192
+patterns sorted by magnitude, each shuffled: ties, saturation, element subnormals, and tiles on
+both sides of the folded path's exponent bound) and in a random permutation (blocks spanning
+the whole range: codes rounding to zero). fp16's largest shared exponent never forces
+the fallback, so fp16 also runs it forced (PATH 2).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.reference import mx as ref
+from kernels.spec.formats import FORMATS, ROUNDINGS, bytes_per_row
+from kernels.triton import mx_quant
+
+from support.device import DEVICE
+
+pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
+
+TILE = {"BLOCK_R": 16, "BLOCK_K": 1024}  # whole rows: few interpreter programs
+K = 1024
+RUNS = (1024, 8192)  # runs of patterns by magnitude: 4 / 32 bf16 binades (0.5 / 4 for fp16)
+FP_LAYOUTS = [(name, layout) for name, f in FORMATS.items() if not f.is_int
+              for layout in (("packed", "unpacked") if f.bits < 8 else ("unpacked",))]
+
+
+def every_value(dtype: torch.dtype) -> torch.Tensor:
+    """[192, K]: each of the 65536 bit patterns three times (module docstring)."""
+    gen = torch.Generator().manual_seed(16)
+    bits = torch.arange(65536, dtype=torch.int32)
+    by_size = bits[torch.argsort((bits & 0x7FFF) * 2 + (bits >> 15), stable=True)]
+    parts = []
+    for run in RUNS:
+        runs = by_size.view(-1, run)
+        parts.append(torch.stack([r[torch.randperm(run, generator=gen)] for r in runs]))
+    parts.append(bits[torch.randperm(65536, generator=gen)])
+    return torch.cat([p.reshape(-1, K) for p in parts]).to(torch.int16).view(dtype)
+
+
+def tile_exponents(scales: torch.Tensor) -> torch.Tensor:
+    """The largest shared exponent of each TILE (NaN blocks count as E = 0, as the kernel's)."""
+    e = torch.where(scales == 255, 0, scales.to(torch.int32) - 127)
+    r, nb = e.shape
+    tr, tb = TILE["BLOCK_R"], TILE["BLOCK_K"] // 32
+    return e.view(r // tr, tr, nb // tb, tb).amax(dim=(1, 3))
+
+
+def quantize_forced(x: torch.Tensor, name: str, rounding: str, layout: str,
+                    path: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """mx_quant.quantize with the element path forced (PATH 2: the fallback)."""
+    fmt = FORMATS[name]
+    r, k = x.shape
+    words = torch.empty((r, bytes_per_row(fmt, layout, k) // 4), dtype=torch.int32,
+                        device=x.device)
+    scales = torch.empty((r, k // 32), dtype=torch.uint8, device=x.device)
+    consts = mx_quant.quantize_constexprs(fmt, layout, x.dtype, rounding, True, False)
+    consts["PATH"] = path
+    mx_quant._launch(mx_quant._quantize_kernel, (mx_quant.bits_view(x), words, scales), r, k,
+                     (x.stride(0), words.stride(0), scales.stride(0)), consts)
+    return words.view(torch.uint8), scales
+
+
+def check(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor],
+          x: torch.Tensor, what: str) -> None:
+    for part, g, w in (("scales", got[1].cpu(), want[1]), ("data", got[0].cpu(), want[0])):
+        bad = (g != w).nonzero()
+        if bad.numel():
+            at = tuple(bad[0].tolist())
+            col = at[1] * x.shape[1] // g.shape[1]
+            pytest.fail(f"{what}: {len(bad)} {part} bytes differ, first at {at}: "
+                        f"{g[at].item():#04x} vs {w[at].item():#04x} (input row {at[0]} near "
+                        f"column {col}: {x[at[0], col:col + 4].tolist()})")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name,layout", FP_LAYOUTS)
+def test_every_value(name: str, layout: str, dtype: torch.dtype,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mx_quant, "INTERPRETER_TILE", TILE)
+    monkeypatch.setattr(mx_quant, "GPU_TILE", TILE)
+    fmt = FORMATS[name]
+    x = every_value(dtype)
+    xd = x.to(DEVICE)
+    for rounding in ROUNDINGS:
+        want = ref.quantize(x, fmt, rounding, layout)
+        what = f"{name} {layout} {rounding} {dtype}"
+        check(mx_quant.quantize(xd, fmt, rounding, layout), want, x, what)
+        if dtype == torch.bfloat16:  # the data holds tiles on both sides of the fold bound
+            top = tile_exponents(want[1])
+            assert bool((top <= fmt.bias + 22).any()) and bool((top > fmt.bias + 22).any()), \
+                f"{what}: the tiles do not cover both element paths"
+        else:
+            check(quantize_forced(xd, name, rounding, layout, 2), want, x, f"{what} PATH 2")

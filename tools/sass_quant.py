@@ -1,0 +1,159 @@
+"""Offline SASS instructions per element of the Triton MX quantize / dequantize kernels.
+
+    PYTHONPATH=/tmp/t36site python tools/sass_quant.py --kernel quantize --path fold \
+        --dtype bf16 [--formats mxfp4,mxint8] [--layouts packed,unpacked]
+
+Why: on an H200 these kernels are bound by instruction issue, not by DRAM, so the count of
+SASS instructions one thread runs per element it owns predicts their bandwidth (and a change
+that adds two instructions an element costs ~10 %). No GPU is needed: each variant is compiled
+for sm_90a (`triton.compile` with a GPUTarget, ptxas from the triton wheel) and its SASS
+(cuobjdump) counted. This also checks that every variant compiles with the triton installed
+(the H200 runs 3.6: put a 3.6 install first on PYTHONPATH).
+
+Counted: every instruction line up to the last EXIT (the trailing BRA-to-self and NOP padding
+are not run). The kernels have no loops, so a thread runs each counted instruction at most once;
+`--path fold` / `fallback` compile the quantize kernel with that element path forced (PATH 1 /
+2), so the count is the straight-line path a tile takes; `auto` counts both branches.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DTYPES = ("bf16", "fp16", "fp32")
+PATHS = {"auto": 0, "fold": 1, "fallback": 2}
+KERNELS = ("quantize", "dequantize")
+# an instruction line: cuobjdump's "/*0040*/  OPCODE ..." or Triton's "ctrl<TAB>OPCODE ..."
+# (asm["sass"]), with an optional predicate guard
+_INSTR = re.compile(r"^\s*(?:/\*[0-9a-f]{4,}\*/|[-0-9:A-Y]+\t)\s*(@!?U?P\w+\s+)?"
+                    r"([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.M)
+
+
+def count_instructions(sass: str) -> int:
+    """Instructions of one kernel's SASS text (cuobjdump -sass) up to and including its last
+    EXIT: the BRA-to-self and NOPs after it only pad the code."""
+    ops = [m.group(2) for m in _INSTR.finditer(sass)]
+    last_exit = max((i for i, op in enumerate(ops) if op == "EXIT"), default=len(ops) - 1)
+    return last_exit + 1
+
+
+def opcode_histogram(sass: str) -> dict[str, int]:
+    """{opcode without modifiers: count} of the counted instructions (what to cut next)."""
+    ops = [m.group(2).split(".")[0] for m in _INSTR.finditer(sass)]
+    last_exit = max((i for i, op in enumerate(ops) if op == "EXIT"), default=len(ops) - 1)
+    hist: dict[str, int] = {}
+    for op in ops[:last_exit + 1]:
+        hist[op] = hist.get(op, 0) + 1
+    return dict(sorted(hist.items(), key=lambda kv: -kv[1]))
+
+
+def variants(kernel: str, formats: list[str], layouts: list[str]) -> list[tuple[str, str]]:
+    """(format, layout) pairs that exist (8-bit formats have no packed layout)."""
+    from kernels.spec.formats import FORMATS
+    out = []
+    for name in formats:
+        for layout in layouts:
+            if FORMATS[name].bits == 8 and layout == "packed":
+                continue
+            out.append((name, layout))
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from kernels.spec.formats import FORMATS, LAYOUTS
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kernel", choices=KERNELS, default="quantize")
+    p.add_argument("--path", choices=tuple(PATHS), default="fold",
+                   help="quantize: the element path compiled (fold: bf16 / fp16 one-multiply "
+                        "rounding; fallback: encode; auto: the kernel as launched)")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16",
+                   help="quantize input / dequantize output dtype")
+    p.add_argument("--formats", default=",".join(FORMATS), help="comma-separated formats")
+    p.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated layouts")
+    p.add_argument("--rounding", default="even")
+    p.add_argument("--scale-bytes", choices=("safe", "any", "auto"), default="safe",
+                   help="dequantize: the tile path compiled (safe: scale bytes <= SAFE_SCALE, "
+                        "no saturation; any: saturating; auto: both, as launched)")
+    p.add_argument("--hist", action="store_true", help="print each variant's opcode counts")
+    args = p.parse_args(argv)
+    args.formats = [f for f in args.formats.split(",") if f]
+    args.layouts = [lay for lay in args.layouts.split(",") if lay]
+    for name in args.formats:
+        if name not in FORMATS:
+            p.error(f"unknown format {name!r}; valid: {', '.join(FORMATS)}")
+    for lay in args.layouts:
+        if lay not in LAYOUTS:
+            p.error(f"unknown layout {lay!r}; valid: {', '.join(LAYOUTS)}")
+    return args
+
+
+def compile_sass(kernel: str, name: str, layout: str, dtype: str, path: str, rounding: str,
+                 scale_bytes: str = "safe") -> tuple[str, int]:
+    """(SASS text, elements one thread owns) of one variant, compiled for sm_90a."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from kernels.spec.formats import get_format
+    from kernels.triton import mx_quant
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    elem = {"bf16": "*i16", "fp16": "*fp16", "fp32": "*i32"}[dtype]
+    fmt = get_format(name)
+    pack = mx_quant.pack_code(fmt, layout)
+    if kernel == "quantize":
+        fn = mx_quant._quantize_kernel
+        consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
+                                             pairs=True)
+        consts["PATH"] = PATHS[path]
+        ptrs = {"x_ptr": elem, "data_ptr": "*i32", "scale_ptr": "*u8"}
+    else:
+        fn = mx_quant._dequantize_kernel
+        consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True)
+        consts["SAFE_SCALE"] = {"safe": 256, "any": -1}.get(scale_bytes, consts["SAFE_SCALE"])
+        ptrs = {"data_ptr": "*i32" if pack else "*u8", "scale_ptr": "*u8", "out_ptr": elem}
+    tile = mx_quant.gpu_tile(kernel, pack)
+    consts.update(tile)
+    sig, attrs = {}, {}
+    for i, arg in enumerate(fn.arg_names):
+        if arg in consts:
+            sig[arg] = "constexpr"
+        elif arg in ptrs:
+            sig[arg] = ptrs[arg]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:  # R, K, strides: an 8192 x 8192 tensor's (multiples of 16)
+            sig[arg] = "i32"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    consts = {k: v for k, v in consts.items() if k in fn.arg_names}
+    src = triton.compiler.ASTSource(fn, sig, consts, attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": mx_quant.GPU_WARPS})
+    per_thread = tile["BLOCK_R"] * tile["BLOCK_K"] // (32 * mx_quant.GPU_WARPS)
+    return compiled.asm["sass"], per_thread
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.pop("TRITON_INTERPRET", None)  # before kernels.triton is imported
+    import triton
+    print(f"triton {triton.__version__}, sm_90a, {args.kernel}, dtype {args.dtype}"
+          + (f", path {args.path}" if args.kernel == "quantize" else
+             f", scale bytes {args.scale_bytes}"))
+    print("| format | layout | instructions | elements/thread | per element |")
+    print("|---|---|---|---|---|")
+    for name, layout in variants(args.kernel, args.formats, args.layouts):
+        sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype, args.path,
+                                        args.rounding, args.scale_bytes)
+        n = count_instructions(sass)
+        print(f"| {name} | {layout} | {n} | {per_thread} | {n / per_thread:.1f} |")
+        if args.hist:
+            print("  " + ", ".join(f"{op} {c}" for op, c in opcode_histogram(sass).items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
