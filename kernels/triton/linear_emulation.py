@@ -132,6 +132,7 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     n, k = prepared.out_features, prepared.in_features
     consts = cached["consts"]
     asked = strategy is not None  # the caller's strategy: refused with a reason, never swapped
+    table = config is None  # the config is a table row's (not the caller's)
     if strategy is None:
         strategy, auto = strategy_for(m, x.dtype, out_dtype, bias, not _INTERPRETED, consts,
                                       n=n, k=k)
@@ -148,6 +149,8 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     family = linear_configs.weight_family(consts)
     if strategy == "wgmma":
         cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED, n=n, k=k)
+        if table:
+            cfg = linear_wgmma.table_config(cfg)
         rows = linear_configs.m_bucket(m)
         why = ("Gluon kernels do not run under TRITON_INTERPRET" if _INTERPRETED else
                linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg, rows))

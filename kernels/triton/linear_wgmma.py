@@ -34,6 +34,7 @@ against reference-emulation. GROUPED: MoE experts (moe_wgmma.py), one tile table
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -290,11 +291,22 @@ SUB_K_VERIFIED = True
 # f744bf5: mxfp4 / e3m2 / e4m3, M 32..128, three shapes) matched the reference; the switch is
 # test_k_halves_match_the_reference's REP 2 cases in the whole-suite GPU run of this table.
 REP_VERIFIED = True
-# The x tile by TMA (X_TMA, WgmmaConfig.tma_x; the table's mxfp4 rows at M = 64 / 128):
-# test_x_by_tma_matches_the_reference (every weight format, K tails, split-K, two warpgroups,
-# rep 2, K halves, the fused QDQ) and test_x_by_tma_experts_match_the_reference are its GPU
-# tests, run whole-suite on the H200 before it lands (docs/verification.md).
-TMA_X_VERIFIED = True
+# The x tile by TMA (X_TMA, WgmmaConfig.tma_x; the table's rows record where it measured
+# faster): its GPU tests (test_x_by_tma_matches_the_reference, test_x_by_tma_experts_match_the_
+# reference) passed on the H200 (2026-12-03 09:42 UTC, 151 passed), but the two whole-suite
+# runs with the table's TMA rows on (10:14 / 10:24 UTC) stalled at 98 % with no failure, as the
+# lost tma-x branch's did on 2026-12-02: a test hangs or runs for minutes with TMA on. Off until
+# that is found (docs/verification.md): the table's rows then run without it (`table_config`).
+TMA_X_VERIFIED = False
+
+
+def table_config(cfg: WgmmaConfig) -> WgmmaConfig:
+    """A table row's config as it runs here: a row records the measured choice, and a part of
+    it still gated off (tma_x) runs as the same config without it (what ran before the part
+    was written); a caller's own config is refused instead (`unavailable`)."""
+    if cfg.tma_x and not TMA_X_VERIFIED:
+        return dataclasses.replace(cfg, tma_x=False)
+    return cfg
 
 
 def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
@@ -372,4 +384,4 @@ _PER_CALL = (0, 5, 11, 16, 17)
 
 
 __all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows",
-           "run_wgmma", "unavailable", "weight_format", "wgmma_plan"]
+           "run_wgmma", "table_config", "unavailable", "weight_format", "wgmma_plan"]

@@ -109,7 +109,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     num_experts, n, _ = weight.shape
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
-    cfg = cfg or config_for(rows, num_experts, weight.fmt, n, k)
+    cfg = cfg or linear_wgmma.table_config(config_for(rows, num_experts, weight.fmt, n, k))
     if cfg.warps not in linear_wgmma.WARPS_VERIFIED:
         raise ValueError(f"moe_wgmma: warps={cfg.warps} (two warpgroups): written, not yet "
                          "verified on a GPU; use a config of linear_wgmma.WARPS_VERIFIED warps")

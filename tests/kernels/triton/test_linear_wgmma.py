@@ -288,6 +288,7 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
         return None
 
     cfg = lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=3, tma_x=True)
+    monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)  # (off: the table's rows run without it)
     monkeypatch.setattr(launcher_mod, "launch", record)
     monkeypatch.setattr(launcher_mod, "current_stream", lambda device: 5)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
@@ -329,7 +330,6 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
                   "even", torch.Size((2, n // 2, k)), w.layout)
     monkeypatch.setattr(moe_wgmma, "sort_rows", moe_routing.sort_rows_torch)
     monkeypatch.setattr(moe_wgmma, "combine", lambda rows, dtype: rows.sum(1))
-    monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)
     ids = torch.randint(0, 2, (30, 1), generator=gen)
     moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
                                     torch.ones(30, 1), torch.float32, {}, cfg)
@@ -340,6 +340,43 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
     with pytest.raises(ValueError, match=r"tma_x=True: written, not yet verified on a GPU"):
         moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
                                         torch.ones(30, 1), torch.float32, {}, cfg)
+
+
+def test_a_gated_part_of_a_table_row_runs_as_the_row_without_it(monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """A table row records the measured choice (tma_x); while that part is gated off the row
+    runs as the same config without it (dense and MoE), never falling to another strategy; a
+    caller's own config asking for it is refused with the reason. Recorded launches."""
+    seen: list = []
+
+    def record(fn, key_, grid, args, num_warps, num_stages, **kw):
+        if fn is lw._wgmma_linear_kernel:
+            seen.append(dict(zip(lw._wgmma_linear_kernel.arg_names, args)))
+
+    row = lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=3, tma_x=True)
+    monkeypatch.setattr(launcher_mod, "launch", record)
+    monkeypatch.setattr(launcher_mod, "current_stream", lambda device: None)
+    monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_INTERPRETED", False)
+    monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", row))
+    monkeypatch.setattr(lw, "unavailable", lambda device, consts, k, xd, od, cfg, m=1: (
+        "tma_x (the x tile by TMA): written, not yet verified on a GPU"
+        if cfg.tma_x and not lw.TMA_X_VERIFIED else None))
+    gen = torch.Generator().manual_seed(6)
+    prepared = KERNEL.prepare(fp4_weight(200, 1024, gen), SchemeContract(weight=key("mxfp4"),
+                                                                         activation=None))
+    for gate in (False, True):
+        monkeypatch.setattr(lw, "TMA_X_VERIFIED", gate)
+        assert lw.table_config(row) == (row if gate else dataclasses.replace(row, tma_x=False))
+        prepared.cache.clear()
+        fused_linear(torch.randn(40, 1024).to(torch.bfloat16), prepared)
+        args = seen.pop()
+        assert args["X_TMA"] is gate and args["BLOCK_M"] == 64 and args["SPLIT"] == 2
+    monkeypatch.setattr(lw, "TMA_X_VERIFIED", False)
+    with pytest.raises(ValueError, match=r"'wgmma' cannot run this call: tma_x \(the x tile by "
+                                         r"TMA\): written, not yet verified on a GPU"):
+        fused_linear(torch.randn(40, 1024).to(torch.bfloat16), prepared, strategy="wgmma",
+                     config=row)
 
 
 COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split-K on / off
