@@ -80,13 +80,6 @@ def pow2(e):
 
 
 @triton.jit
-def pow2_sub(e):
-    """fp32 2**-e for int32 e in [-127, 149], built from bits (2**-127 .. 2**-149 subnormal)."""
-    sub = 1 << tl.minimum(tl.maximum(149 - e, 0), 22)  # clamped: no shift past the width
-    return tl.where(e < 127, (127 - e) << 23, sub).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def e8m0_value(byte):
     """fp32 2**(byte - 127) of E8M0 scale bytes (int32 tensor); 0xFF -> NaN (the spec's NaN
     scale: its whole block decodes to NaN)."""
@@ -159,23 +152,6 @@ def encode(v, MBITS: tl.constexpr, BIAS: tl.constexpr, MAX_NORMAL: tl.constexpr,
         sign = (v.to(tl.int32, bitcast=True) >> (32 - BITS)) & (1 << (BITS - 1))
         code = code | sign
     return code
-
-
-@triton.jit
-def encode_shifted(x, factor, limit, sign_mask, MBITS: tl.constexpr, BITS: tl.constexpr):
-    """`encode` of x * 2**-E for x with at most 11 significant bits (bf16 / fp16 inputs), by
-    one multiply and an integer rounding: factor = 2**(BIAS - 127 - E) (pow2_sub) puts the
-    element's exponent / mantissa fields where fp32's are (element subnormals on fp32
-    subnormals), so the element grid is every 2**(23 - MBITS)-th fp32 bit pattern and RNE
-    to it is integer RNE at bit 23 - MBITS. Exact: a product that goes below 2**-149 held
-    bits only there, so it is < 2**11 * 2**-149, far below half the element's smallest
-    subnormal (2**(22 - MBITS) * 2**-149). `limit` (fp32, broadcast): max normal * 2**(BIAS -
-    127), the saturation, and 0 for a NaN / Inf block (min ignores NaN: 0 there too);
-    `sign_mask`: the code's sign bit, 0 for such a block."""
-    S: tl.constexpr = 23 - MBITS
-    yb = tl.minimum(tl.abs(x * factor), limit).to(tl.int32, bitcast=True)
-    r = (yb + ((1 << (S - 1)) - 1) + ((yb >> S) & 1)) >> S
-    return r | ((x.to(tl.int32, bitcast=True) >> (32 - BITS)) & sign_mask)
 
 
 @triton.jit

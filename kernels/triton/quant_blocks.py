@@ -10,7 +10,7 @@ Codes leave as int32 words in 16-byte vector stores:
   PACK 1 (mxfp4, element 2i in the low nibble): a chunk is 1 word, a block one store;
   PACK 2 (mxfp6, four codes in three little-endian bytes): a block is 6 words, so a thread
   owns two adjacent blocks (12 words, three stores) and no word straddles threads.
-Elements of bf16 / fp16 inputs round by one multiply and an integer RNE (mx_codec
+Elements of bf16 / fp16 inputs round by one multiply and an integer RNE (below:
 `encode_shifted`; mxint8: one multiply folds its 2**6 in) when the tile's largest shared
 exponent keeps the factor a representable power of two (one CTA-wide check); otherwise, and
 for fp32 inputs of fp formats, by `encode` (the fallback). PATH 1 / 2 force one of them
@@ -21,11 +21,34 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.triton.mx_codec import _shared_exponent, encode, encode_shifted, load_fp32, pow2
-from kernels.triton.mx_codec import pow2_sub
+from kernels.triton.mx_codec import _shared_exponent, encode, load_fp32, pow2
 
 # 1.5 * 2**23: its fp32 ulp is 1, so x + MAGIC_INT8 rounds x to an integer (RNE)
 MAGIC_INT8 = tl.constexpr(12582912.0)
+
+
+@triton.jit
+def pow2_sub(e):
+    """fp32 2**-e for int32 e in [-127, 149], built from bits (2**-127 .. 2**-149 subnormal)."""
+    sub = 1 << tl.minimum(tl.maximum(149 - e, 0), 22)  # clamped: no shift past the width
+    return tl.where(e < 127, (127 - e) << 23, sub).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def encode_shifted(x, factor, limit, sign_mask, MBITS: tl.constexpr, BITS: tl.constexpr):
+    """`encode` of x * 2**-E for x with at most 11 significant bits (bf16 / fp16 inputs), by
+    one multiply and an integer rounding: factor = 2**(BIAS - 127 - E) (pow2_sub) puts the
+    element's exponent / mantissa fields where fp32's are (element subnormals on fp32
+    subnormals), so the element grid is every 2**(23 - MBITS)-th fp32 bit pattern and RNE
+    to it is integer RNE at bit 23 - MBITS. Exact: a product that goes below 2**-149 held
+    bits only there, so it is < 2**11 * 2**-149, far below half the element's smallest
+    subnormal (2**(22 - MBITS) * 2**-149). `limit` (fp32, broadcast): max normal * 2**(BIAS -
+    127), the saturation, and 0 for a NaN / Inf block (min ignores NaN: 0 there too);
+    `sign_mask`: the code's sign bit, 0 for such a block."""
+    S: tl.constexpr = 23 - MBITS
+    yb = tl.minimum(tl.abs(x * factor), limit).to(tl.int32, bitcast=True)
+    r = (yb + ((1 << (S - 1)) - 1) + ((yb >> S) & 1)) >> S
+    return r | ((x.to(tl.int32, bitcast=True) >> (32 - BITS)) & sign_mask)
 
 
 @triton.jit

@@ -9,6 +9,8 @@ deterministic, CUDA-graph capturable, and the grouped Triton entry point taking 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -219,6 +221,24 @@ def test_fp6_experts_match_the_reference(fmt: str, layout: str, monkeypatch) -> 
             assert rel_err(got, want) <= 1e-5, (e, n, k, tokens, act)
 
 
+def many_tile_cases(fmt: str, salt: int = 0):
+    """(x, experts, ids, routing weights, activation key or None, the reference's output) on
+    the GPU: N tails (200: a tile and a half an expert), K tails (2880), one expert taking
+    every token (many M tiles), NaN blocks; W*A16 and W*A* (the format's own dynamic key)."""
+    act = QuantKey.mx(fmt, rounding="even", static=False)
+    for e, n, k, top_k, tokens, case in ((8, 200, 1024, 2, 300, "one expert"),
+                                         (4, 128, 2880, 3, 100, "random")):
+        gen = torch.Generator().manual_seed(e + n + k + len(fmt) + salt)
+        w = experts(e, n, k, gen, nan_blocks=3) if fmt == "mxfp4" else \
+            experts6(fmt, e, n, k, "packed", gen)
+        w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
+        x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).cuda()
+        ids, rw = routing(tokens, e, top_k, gen, case)
+        for a in (None, act):
+            yield x, w, ids, rw, a, grouped_experts_reference(x, w, a, None, ids, rw,
+                                                              torch.float32)
+
+
 @gpu
 @pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2"))
 def test_two_warpgroup_experts_match_the_reference(fmt: str, monkeypatch) -> None:
@@ -230,30 +250,19 @@ def test_two_warpgroup_experts_match_the_reference(fmt: str, monkeypatch) -> Non
     monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
     monkeypatch.setattr(linear_wgmma, "SUB_K_VERIFIED", True)  # (and K halves: sub_k 2,
     monkeypatch.setattr(linear_wgmma, "REP_VERIFIED", True)  # 128 rows a warpgroup: rep 2)
-    act = QuantKey.mx(fmt, rounding="even", static=False)
-    for e, n, k, top_k, tokens, case in ((8, 200, 1024, 2, 300, "one expert"),
-                                         (4, 128, 2880, 3, 100, "random")):
-        gen = torch.Generator().manual_seed(e + n + k + len(fmt))
-        w = experts(e, n, k, gen, nan_blocks=3) if fmt == "mxfp4" else \
-            experts6(fmt, e, n, k, "packed", gen)
-        w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
-        x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).cuda()
-        ids, rw = routing(tokens, e, top_k, gen, case)
-        for a in (None, act):
-            want = grouped_experts_reference(x, w, a, None, ids, rw, torch.float32)
-            for block_m, split, sub_k, warps, rep in ((64, 2, 1, 8, 1), (128, 1, 1, 8, 1),
-                                                      (128, 2, 2, 8, 1), (128, 2, 1, 4, 2),
-                                                      (32, 1, 2, 8, 2)):
-                cfg = linear_wgmma.WgmmaConfig(block_m, 128, split, 3 - sub_k // 2, warps=warps,
-                                               sub_k=sub_k, rep=rep,
-                                               maxnreg=128 if sub_k == 2 and rep == 1 else 0)
-                cached: dict = {}
-                got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached,
-                                                      cfg)
-                assert rel_err(got, want) <= 1e-5, (fmt, e, n, k, a, block_m, split, sub_k, rep)
-                again = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached,
-                                                        cfg)
-                assert torch.equal(again.view(torch.int32), got.view(torch.int32))
+    for x, w, ids, rw, a, want in many_tile_cases(fmt):
+        for block_m, split, sub_k, warps, rep in ((64, 2, 1, 8, 1), (128, 1, 1, 8, 1),
+                                                  (128, 2, 2, 8, 1), (128, 2, 1, 4, 2),
+                                                  (32, 1, 2, 8, 2)):
+            cfg = linear_wgmma.WgmmaConfig(block_m, 128, split, 3 - sub_k // 2, warps=warps,
+                                           sub_k=sub_k, rep=rep,
+                                           maxnreg=128 if sub_k == 2 and rep == 1 else 0)
+            cached: dict = {}
+            got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached, cfg)
+            assert rel_err(got, want) <= 1e-5, (fmt, w.shape, a, block_m, split, sub_k, rep)
+            again = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached,
+                                                    cfg)
+            assert torch.equal(again.view(torch.int32), got.view(torch.int32))
 
 
 @gpu
@@ -263,29 +272,16 @@ def test_x_by_tma_experts_match_the_reference(fmt: str, monkeypatch) -> None:
     expert's (or past the end: zero-filled), and reach only accumulator columns never stored;
     bit for bit the cp.async kernel's output, close to the reference; W*A16 and W*A*, block_m
     16 / 64 / 128, split 1 / 2, one and two warpgroups, rep 2 (the experts row), K tails, NaN
-    blocks. (With
-    test_linear_wgmma's, what switches it on: `TMA_X_VERIFIED`.)"""
+    blocks. (With test_linear_wgmma's, what switches it on: `TMA_X_VERIFIED`.)"""
     monkeypatch.setattr(linear_wgmma, "TMA_X_VERIFIED", True)
     monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
-    act = QuantKey.mx(fmt, rounding="even", static=False)
-    for e, n, k, top_k, tokens, case in ((8, 200, 1024, 2, 300, "one expert"),
-                                         (4, 128, 2880, 3, 100, "random")):
-        gen = torch.Generator().manual_seed(e + n + k + len(fmt) + 3)
-        w = experts(e, n, k, gen, nan_blocks=3) if fmt == "mxfp4" else \
-            experts6(fmt, e, n, k, "packed", gen)
-        w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
-        x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).cuda()
-        ids, rw = routing(tokens, e, top_k, gen, case)
-        for a in (None, act):
-            want = grouped_experts_reference(x, w, a, None, ids, rw, torch.float32)
-            for block_m, split, warps, rep in ((16, 2, 4, 1), (64, 1, 8, 1), (128, 2, 4, 1),
-                                               (128, 2, 4, 2)):
-                plain = linear_wgmma.WgmmaConfig(block_m, 128, split, 3, warps=warps, rep=rep)
-                tma = linear_wgmma.WgmmaConfig(block_m, 128, split, 3, warps=warps, rep=rep,
-                                               tma_x=True)
-                got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, {}, tma)
-                base = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, {},
-                                                       plain)
-                assert torch.equal(got.view(torch.int32), base.view(torch.int32)), (
-                    e, n, k, block_m, split, a)
-                assert rel_err(got, want) <= 1e-5, (e, n, k, block_m, split, a)
+    for x, w, ids, rw, a, want in many_tile_cases(fmt, salt=3):
+        for block_m, split, warps, rep in ((16, 2, 4, 1), (64, 1, 8, 1), (128, 2, 4, 1),
+                                           (128, 2, 4, 2)):
+            plain = linear_wgmma.WgmmaConfig(block_m, 128, split, 3, warps=warps, rep=rep)
+            tma = dataclasses.replace(plain, tma_x=True)
+            got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, {}, tma)
+            base = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, {}, plain)
+            assert torch.equal(got.view(torch.int32), base.view(torch.int32)), (
+                w.shape, block_m, split, a)
+            assert rel_err(got, want) <= 1e-5, (w.shape, block_m, split, a)
