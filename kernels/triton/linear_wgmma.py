@@ -300,11 +300,12 @@ REP_VERIFIED = True
 TMA_X_VERIFIED = False
 
 
-def table_config(cfg: WgmmaConfig) -> WgmmaConfig:
+def table_config(cfg: object) -> object:
     """A table row's config as it runs here: a row records the measured choice, and a part of
     it still gated off (tma_x) runs as the same config without it (what ran before the part
-    was written); a caller's own config is refused instead (`unavailable`)."""
-    if cfg.tma_x and not TMA_X_VERIFIED:
+    was written); a caller's own config is refused instead (`unavailable`). Other configs (the
+    interpreter's stand-in) as they are."""
+    if isinstance(cfg, WgmmaConfig) and cfg.tma_x and not TMA_X_VERIFIED:
         return dataclasses.replace(cfg, tma_x=False)
     return cfg
 
