@@ -310,11 +310,9 @@ def table_config(cfg: object) -> object:
     return cfg
 
 
-def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
-                out_dtype: torch.dtype, cfg: WgmmaConfig, m: int = 1) -> Optional[str]:
-    """Why the wgmma strategy cannot run a call of M rows (None: it can)."""
-    if m > cfg.block_m:
-        return f"M={m} rows need one M tile (block_m={cfg.block_m})"
+def gated(cfg: WgmmaConfig) -> Optional[str]:
+    """The part of a config still gated off (not yet verified on a GPU), said in words; None:
+    every part runs. One list for the dense (`unavailable`) and the MoE launches."""
     if cfg.warps not in WARPS_VERIFIED:
         return f"warps={cfg.warps} (two warpgroups): written, not yet verified on a GPU"
     if cfg.sub_k != 1 and not SUB_K_VERIFIED:
@@ -323,6 +321,17 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
         return "rep=2 (128 rows a warpgroup): written, not yet verified on a GPU"
     if cfg.tma_x and not TMA_X_VERIFIED:
         return "tma_x (the x tile by TMA): written, not yet verified on a GPU"
+    return None
+
+
+def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
+                out_dtype: torch.dtype, cfg: WgmmaConfig, m: int = 1) -> Optional[str]:
+    """Why the wgmma strategy cannot run a call of M rows (None: it can)."""
+    if m > cfg.block_m:
+        return f"M={m} rows need one M tile (block_m={cfg.block_m})"
+    why = gated(cfg)
+    if why:
+        return why
     if cfg.fuse_act and consts.get("ACT_MODE") and not wgmma_tiles.ACT_VERIFIED:
         return "fuse_act (the activation QDQ in the kernel): written, not yet verified on a GPU"
     fmt = weight_format(consts)
@@ -385,4 +394,4 @@ _PER_CALL = (0, 5, 11, 16, 17)
 
 
 __all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows",
-           "run_wgmma", "table_config", "unavailable", "weight_format", "wgmma_plan"]
+           "gated", "run_wgmma", "table_config", "unavailable", "weight_format", "wgmma_plan"]

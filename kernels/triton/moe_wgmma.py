@@ -110,14 +110,10 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
     cfg = cfg or linear_wgmma.table_config(config_for(rows, num_experts, weight.fmt, n, k))
-    if cfg.warps not in linear_wgmma.WARPS_VERIFIED:
-        raise ValueError(f"moe_wgmma: warps={cfg.warps} (two warpgroups): written, not yet "
-                         "verified on a GPU; use a config of linear_wgmma.WARPS_VERIFIED warps")
-    if cfg.sub_k != 1 and not linear_wgmma.SUB_K_VERIFIED or \
-            cfg.rep != 1 and not linear_wgmma.REP_VERIFIED or \
-            cfg.tma_x and not linear_wgmma.TMA_X_VERIFIED:
-        raise ValueError(f"moe_wgmma: sub_k={cfg.sub_k} / rep={cfg.rep} / tma_x={cfg.tma_x}: "
-                         "written, not yet verified on a GPU; use sub_k=1, rep=1, tma_x=False")
+    why = linear_wgmma.gated(cfg)
+    if why:
+        raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "
+                         "rep 1, tma_x False), or none: the table's")
     if not checked_once(cached, "wgmma_scale_fits", lambda: fast_fp4_scale(weight.scales)
                         if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt)):
         raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "

@@ -337,7 +337,8 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
     assert args["GROUPED"] and args["X_TMA"] is True
     assert list(args["x_ptr"].shape) == [30, k] and list(args["x_ptr"].block_shape) == [64, 128]
     monkeypatch.setattr(lw, "TMA_X_VERIFIED", False)
-    with pytest.raises(ValueError, match=r"tma_x=True: written, not yet verified on a GPU"):
+    with pytest.raises(ValueError, match=r"tma_x \(the x tile by TMA\): written, not yet "
+                                         r"verified on a GPU; use a config without that part"):
         moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
                                         torch.ones(30, 1), torch.float32, {}, cfg)
 
