@@ -1,19 +1,17 @@
 """Offline SASS instructions per element of the Triton MX quantize / dequantize kernels.
 
-    PYTHONPATH=/tmp/t36site python tools/sass_quant.py --kernel quantize --path fold \
-        --dtype bf16 [--formats mxfp4,mxint8] [--layouts packed,unpacked]
+    PYTHONPATH=/tmp/t36site python tools/sass_quant.py --kernel quantize --dtype bf16 \
+        [--formats mxfp4,mxint8] [--layouts packed,unpacked]
 
-Why: on an H200 these kernels are bound by instruction issue, not by DRAM, so the count of
-SASS instructions one thread runs per element it owns predicts their bandwidth (and a change
-that adds two instructions an element costs ~10 %). No GPU is needed: each variant is compiled
-for sm_90a (`triton.compile` with a GPUTarget, ptxas from the triton wheel) and its SASS
+Why: an instruction count is what a change to the element math moves, and it can be read
+without a GPU. It does not predict the time: on 2026-12-03 (H200) two versions with a quarter
+fewer instructions an element ran 9-20 % slower (docs/benchmarks.md part 12), so time every
+change on the GPU as well. Each variant is compiled for sm_90a (`triton.compile` with a GPUTarget, ptxas from the triton wheel) and its SASS
 (cuobjdump) counted. This also checks that every variant compiles with the triton installed
 (the H200 runs 3.6: put a 3.6 install first on PYTHONPATH).
 
 Counted: every instruction line up to the last EXIT (the trailing BRA-to-self and NOP padding
-are not run). The kernels have no loops, so a thread runs each counted instruction at most once;
-`--path fold` / `fallback` compile the quantize kernel with that element path forced (PATH 1 /
-2), so the count is the straight-line path a tile takes; `auto` counts both branches.
+are not run). The kernels have no loops, so a thread runs each counted instruction at most once.
 """
 from __future__ import annotations
 
@@ -26,7 +24,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DTYPES = ("bf16", "fp16", "fp32")
-PATHS = {"auto": 0, "fold": 1, "fallback": 2}
 KERNELS = ("quantize", "dequantize")
 # an instruction line: cuobjdump's "/*0040*/  OPCODE ..." or Triton's "ctrl<TAB>OPCODE ..."
 # (asm["sass"]), with an optional predicate guard
@@ -68,17 +65,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from kernels.spec.formats import FORMATS, LAYOUTS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kernel", choices=KERNELS, default="quantize")
-    p.add_argument("--path", choices=tuple(PATHS), default="fold",
-                   help="quantize: the element path compiled (fold: bf16 / fp16 one-multiply "
-                        "rounding; fallback: encode; auto: the kernel as launched)")
     p.add_argument("--dtype", choices=DTYPES, default="bf16",
                    help="quantize input / dequantize output dtype")
     p.add_argument("--formats", default=",".join(FORMATS), help="comma-separated formats")
     p.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated layouts")
     p.add_argument("--rounding", default="even")
-    p.add_argument("--scale-bytes", choices=("safe", "any", "auto"), default="safe",
-                   help="dequantize: the tile path compiled (safe: scale bytes <= SAFE_SCALE, "
-                        "no saturation; any: saturating; auto: both, as launched)")
     p.add_argument("--hist", action="store_true", help="print each variant's opcode counts")
     args = p.parse_args(argv)
     args.formats = [f for f in args.formats.split(",") if f]
@@ -92,8 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def compile_sass(kernel: str, name: str, layout: str, dtype: str, path: str, rounding: str,
-                 scale_bytes: str = "safe") -> tuple[str, int]:
+def compile_sass(kernel: str, name: str, layout: str, dtype: str,
+                 rounding: str) -> tuple[str, int]:
     """(SASS text, elements one thread owns) of one variant, compiled for sm_90a."""
     import torch
     import triton
@@ -107,14 +98,11 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, path: str, rou
     pack = mx_quant.pack_code(fmt, layout)
     if kernel == "quantize":
         fn = mx_quant._quantize_kernel
-        consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
-                                             pairs=True)
-        consts["PATH"] = PATHS[path]
-        ptrs = {"x_ptr": elem, "data_ptr": "*i32", "scale_ptr": "*u8"}
+        consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True)
+        ptrs = {"x_ptr": elem, "data_ptr": "*i32" if pack == 2 else "*u8", "scale_ptr": "*u8"}
     else:
         fn = mx_quant._dequantize_kernel
         consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True)
-        consts["SAFE_SCALE"] = {"safe": 256, "any": -1}.get(scale_bytes, consts["SAFE_SCALE"])
         ptrs = {"data_ptr": "*i32" if pack else "*u8", "scale_ptr": "*u8", "out_ptr": elem}
     tile = mx_quant.gpu_tile(kernel, pack)
     consts.update(tile)
@@ -140,14 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # before kernels.triton is imported
     import triton
-    print(f"triton {triton.__version__}, sm_90a, {args.kernel}, dtype {args.dtype}"
-          + (f", path {args.path}" if args.kernel == "quantize" else
-             f", scale bytes {args.scale_bytes}"))
+    print(f"triton {triton.__version__}, sm_90a, {args.kernel}, dtype {args.dtype}")
     print("| format | layout | instructions | elements/thread | per element |")
     print("|---|---|---|---|---|")
     for name, layout in variants(args.kernel, args.formats, args.layouts):
-        sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype, args.path,
-                                        args.rounding, args.scale_bytes)
+        sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype, args.rounding)
         n = count_instructions(sass)
         print(f"| {name} | {layout} | {n} | {per_thread} | {n / per_thread:.1f} |")
         if args.hist:

@@ -1,18 +1,19 @@
 """Triton MX quantize / dequantize / fused QDQ for every element format, bit-exact with
 kernels.reference.mx (docs/numerics.md).
 
-Quantize: a thread owns whole 32-element blocks (quant_blocks.py: thread-local block max,
-bf16 / fp16 elements rounded by one multiply and an integer RNE, codes out as int32 words in
-16-byte stores for every layout of kernels.spec.formats). Dequantize / QDQ: each program owns a
-[BLOCK_R, BLOCK_K] tile (mx_codec's tile helpers); a dequantize tile whose scale bytes cannot
-pass the output dtype's max (`_safe_scale`) skips the saturation. GPU tiles per kernel and
-layout: `gpu_tile`; under TRITON_INTERPRET=1 one small fixed tile keeps the CPU tests fast.
+Each program owns a [BLOCK_R, BLOCK_K] tile of a row-major [R, K] tensor: one coalesced load,
+the 32-element block max from the fp32 bits (a NaN / Inf anywhere makes the block's scale byte
+0xFF and its codes 0), integer shared exponent, element rounding by exact fp32 "magic number"
+adds (codec helpers in mx_codec.py), then (quantize) packing per kernels.spec.formats' layouts:
+  PACK 0: one code a byte; PACK 1: mxfp4 two codes a byte, element 2i in the low nibble;
+  PACK 2: mxfp6 four codes in three bytes, written as little-endian int32 words: 12 a 64-code
+  chunk, one contiguous store per tile (fp6_store.py: 16-byte vector stores).
+GPU tiles, measured on the H200: `gpu_tile`; under TRITON_INTERPRET=1 one small fixed tile
+keeps the CPU tests fast.
 The host-side `bits_view` and `pack_code` are public here.
 """
 from __future__ import annotations
 
-import math
-from functools import lru_cache
 from typing import Optional
 
 import torch
@@ -21,14 +22,12 @@ import triton.language as tl
 
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
-from kernels.reference.elements import code_value, max_code_magnitude
 from kernels.triton import launcher
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
-    load_codes, pow2, qdq_blocks, scaled_saturated, store_fp32, tile_blocks,
+    load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_blocks,
 )
-from kernels.triton.quant_blocks import (block_amax_bits, block_exponent, fold_fits, load_chunk,
-                                         store_block_words, store_pair_words, tile_codes)
+from kernels.triton.fp6_store import store_fp6_words
 
 _WHERE = "kernels.triton.mx_quant"
 
@@ -39,71 +38,39 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      EMAX: tl.constexpr, MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr,
                      MAXN_SUB: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                      SPECIALS: tl.constexpr, ROUNDING: tl.constexpr, PACK: tl.constexpr,
-                     ROW16B: tl.constexpr, PAIRS: tl.constexpr, MAX_CODE: tl.constexpr,
-                     PATH: tl.constexpr,
-                     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Codes as int32 words (data_ptr: an int32 view of every layout). ROW16B: stride_d is a
-    multiple of 4 words (16-byte rows), which Triton's own specialization (multiples of 16)
-    misses for many K. MAX_CODE: the largest magnitude code; PATH: quant_blocks' element path
-    (0: per tile)."""
-    tl.static_assert(BLOCK_K % 64 == 0, "BLOCK_K must hold whole pairs of 32-element blocks")
+                     ROW16B: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
+    which Triton's own specialization (multiples of 16) misses when K % 256 != 0."""
+    tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     NB: tl.constexpr = BLOCK_K // 32
-    SAT: tl.constexpr = ROUNDING != 2  # rceil scales keep |x| * 2**-E <= max normal
-    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = rows < R
-    x_row = x_ptr + rows.to(tl.int64) * stride_x
+    x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
+    v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
+    codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
+    row_ok = (rows < R)[:, None]
     d_off = rows.to(tl.int64) * stride_d
     if ROW16B:
-        d_off = tl.multiple_of(d_off, 4)  # lets the words go out as 16-byte vector stores
-    d_row = data_ptr + d_off
-    s_row = scale_ptr + rows.to(tl.int64) * stride_s
-    nblk = K // 32
-    if PACK == 2:  # a thread owns blocks 2p and 2p + 1: 48 bytes, three whole vectors
-        N: tl.constexpr = NB // 2
-        pair = pid_k * N + tl.arange(0, N)
-        ok_a = row_ok[:, None] & (2 * pair < nblk)[None, :]
-        ok_b = row_ok[:, None] & (2 * pair + 1 < nblk)[None, :]
-        a0 = load_chunk(x_row, 2 * pair, ok_a, 0, IN_KIND, PAIRS)
-        a1 = load_chunk(x_row, 2 * pair, ok_a, 1, IN_KIND, PAIRS)
-        a2 = load_chunk(x_row, 2 * pair, ok_a, 2, IN_KIND, PAIRS)
-        a3 = load_chunk(x_row, 2 * pair, ok_a, 3, IN_KIND, PAIRS)
-        b0 = load_chunk(x_row, 2 * pair + 1, ok_b, 0, IN_KIND, PAIRS)
-        b1 = load_chunk(x_row, 2 * pair + 1, ok_b, 1, IN_KIND, PAIRS)
-        b2 = load_chunk(x_row, 2 * pair + 1, ok_b, 2, IN_KIND, PAIRS)
-        b3 = load_chunk(x_row, 2 * pair + 1, ok_b, 3, IN_KIND, PAIRS)
-        amax_a = block_amax_bits(a0, a1, a2, a3)
-        amax_b = block_amax_bits(b0, b1, b2, b3)
-        e_a, bad_a = block_exponent(amax_a, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-        e_b, bad_b = block_exponent(amax_b, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-        fits = fold_fits(amax_a, e_a, BIAS, IS_INT) & fold_fits(amax_b, e_b, BIAS, IS_INT)
-        a0, a1, a2, a3 = tile_codes(a0, a1, a2, a3, e_a, bad_a, fits, PATH, MBITS, BIAS,
-                                    MAX_NORMAL, MAX_CODE, BITS, IS_INT, SAT)
-        b0, b1, b2, b3 = tile_codes(b0, b1, b2, b3, e_b, bad_b, fits, PATH, MBITS, BIAS,
-                                    MAX_NORMAL, MAX_CODE, BITS, IS_INT, SAT)
-        store_pair_words(d_row, pair, row_ok, (pid_k + 1) * BLOCK_K <= K, 6 * nblk,
-                         a0, a1, a2, a3, b0, b1, b2, b3, BLOCK_R, N)
-        tl.store(s_row[:, None] + 2 * pair[None, :],
-                 tl.where(bad_a, 255, e_a + 127).to(tl.uint8), mask=ok_a)
-        tl.store(s_row[:, None] + 2 * pair[None, :] + 1,
-                 tl.where(bad_b, 255, e_b + 127).to(tl.uint8), mask=ok_b)
+        d_off = tl.multiple_of(d_off, 4)  # lets whole fp6 tiles use 16-byte vector stores
+    d_row = data_ptr + d_off[:, None]
+    if PACK == 0:
+        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
+    elif PACK == 1:
+        lo, hi = tl.split(tl.reshape(codes, [BLOCK_R, BLOCK_K // 2, 2]))
+        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        tl.store(d_row + cols[None, :], (lo | (hi << 4)).to(tl.uint8),
+                 mask=row_ok & (cols < K // 2)[None, :])
     else:
-        blk = pid_k * NB + tl.arange(0, NB)
-        ok = row_ok[:, None] & (blk < nblk)[None, :]
-        x0 = load_chunk(x_row, blk, ok, 0, IN_KIND, PAIRS)
-        x1 = load_chunk(x_row, blk, ok, 1, IN_KIND, PAIRS)
-        x2 = load_chunk(x_row, blk, ok, 2, IN_KIND, PAIRS)
-        x3 = load_chunk(x_row, blk, ok, 3, IN_KIND, PAIRS)
-        amax = block_amax_bits(x0, x1, x2, x3)
-        e, bad = block_exponent(amax, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-        c0, c1, c2, c3 = tile_codes(x0, x1, x2, x3, e, bad, fold_fits(amax, e, BIAS, IS_INT),
-                                    PATH, MBITS, BIAS, MAX_NORMAL, MAX_CODE, BITS, IS_INT, SAT)
-        store_block_words(d_row, blk, ok, c0, c1, c2, c3, PACK, BLOCK_R, NB)
-        tl.store(s_row[:, None] + blk[None, :], tl.where(bad, 255, e + 127).to(tl.uint8),
-                 mask=ok)
+        store_fp6_words(d_row[:, :, None], row_ok[:, :, None], codes, pid_k, K, BLOCK_R,
+                         BLOCK_K)
+    blk = pid_k * NB + tl.arange(0, NB)
+    sbyte = tl.where(bad, 255, e + 127).to(tl.uint8)
+    tl.store(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :], sbyte,
+             mask=row_ok & (blk < K // 32)[None, :])
 
 
 @triton.jit
@@ -111,10 +78,7 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                        stride_o, OUT_KIND: tl.constexpr, MBITS: tl.constexpr,
                        BIAS: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                        SPECIALS: tl.constexpr, PACK: tl.constexpr, HW_CAST: tl.constexpr,
-                       SAFE_SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """SAFE_SCALE (`_safe_scale`; -1: none): a tile whose scale bytes are all <= it cannot pass
-    the output dtype's max, so it skips the saturation's per-element compares and selects.
-    (256 compiles that path alone, for tools/sass_quant.py's count: wrong for larger bytes.)"""
+                       BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -129,14 +93,7 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                     mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
     elem = decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
     # a NaN scale (0xFF): the whole block NaN; beyond the dtype's max: +-max (Inf codes stay)
-    if SAFE_SCALE < 0:
-        val = scaled_saturated(elem, e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
-    elif SAFE_SCALE > 255:  # tools/sass_quant.py only: the unsaturated path alone
-        val = elem * pow2(sbyte - 127)[:, :, None]
-    elif tl.max(sbyte) <= SAFE_SCALE:  # one CTA-wide check (masked bytes read as 0)
-        val = elem * pow2(sbyte - 127)[:, :, None]
-    else:
-        val = scaled_saturated(elem, e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
+    val = scaled_saturated(elem, e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
                tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
@@ -181,13 +138,12 @@ def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
     """The GPU tile of `kernel` ('quantize', 'dequantize' or 'qdq') for layout code `pack`."""
     if kernel not in ("quantize", "dequantize", "qdq"):
         raise ValueError(f"{_WHERE}.gpu_tile: unknown kernel {kernel!r}")
-    if kernel == "quantize" and pack == 2:  # a thread owns two blocks: twice the rows
+    if kernel == "quantize" and pack == 2:  # H200 2026-12-03: 66.2 against 68.7 us (8192^2)
         return {"BLOCK_R": 2 * GPU_TILE["BLOCK_R"], "BLOCK_K": GPU_TILE["BLOCK_K"]}
     return dict(GPU_TILE)
 
 
-def _kernel_name(kernel) -> str:
-    return {_quantize_kernel: "quantize", _dequantize_kernel: "dequantize"}.get(kernel, "qdq")
+_KERNELS = {_quantize_kernel: "quantize", _dequantize_kernel: "dequantize"}  # (else qdq)
 
 
 def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
@@ -195,7 +151,7 @@ def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -
     if _INTERPRETED:
         tile, extra = INTERPRETER_TILE, {}
     else:
-        tile = gpu_tile(_kernel_name(kernel), consts.get("PACK", 0))
+        tile = gpu_tile(_KERNELS.get(kernel, "qdq"), consts.get("PACK", 0))
         extra = {"num_warps": GPU_WARPS}
     grid = (launcher.cdiv(r, tile["BLOCK_R"]), launcher.cdiv(k, tile["BLOCK_K"]))
     named = dict(consts, **tile)
@@ -259,15 +215,13 @@ def pack_code(fmt: ElemFormat, layout: str) -> int:
 
 
 def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, rounding: str,
-                        rows16b: bool, pairs: bool = False) -> dict:
-    """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: the data's row
-    stride in int32 words is a multiple of 4; `pairs`: a bf16 input whose rows start 4-byte
-    aligned (read as int32 words)."""
+                        rows16b: bool) -> dict:
+    """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: packed mxfp6
+    data whose row stride in int32 words is a multiple of 4 (16-byte vector stores)."""
     pack = pack_code(fmt, layout)
     consts = format_constexprs(fmt)
     consts.update(IN_KIND=KIND_OF_DTYPE[dtype], ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
-                  PACK=pack, ROW16B=rows16b, PAIRS=pairs, MAX_CODE=max_code_magnitude(fmt),
-                  PATH=0 if fmt.is_int or dtype != torch.float32 else 2)
+                  PACK=pack, ROW16B=pack == 2 and rows16b)
     return consts
 
 
@@ -278,19 +232,8 @@ def dequantize_constexprs(fmt: ElemFormat, layout: str, out_dtype: torch.dtype,
     for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
         consts.pop(name)
     consts.update(OUT_KIND=KIND_OF_DTYPE[out_dtype], PACK=pack_code(fmt, layout),
-                  HW_CAST=hw_cast, SAFE_SCALE=_safe_scale(fmt, out_dtype))
+                  HW_CAST=hw_cast)
     return consts
-
-
-@lru_cache(maxsize=None)
-def _safe_scale(fmt: ElemFormat, out_dtype: torch.dtype) -> int:
-    """The largest E8M0 scale byte (<= 254) with which no finite code of `fmt` times the scale
-    passes out_dtype's finite max (e.g. bf16 / fp32 out: 252 for mxfp4, 246 for E4M3; fp16
-    out: 140 / 134), or -1: a block scaled by it needs no saturation."""
-    top = max(abs(code_value(fmt, c)) for c in range(1 << fmt.bits)
-              if math.isfinite(code_value(fmt, c)))
-    limit = torch.finfo(out_dtype).max
-    return max((b for b in range(255) if top * 2.0 ** (b - 127) <= limit), default=-1)
 
 
 def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
@@ -304,14 +247,14 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     r, k = x.shape
     pack = pack_code(fmt, layout)
     scales = torch.empty((r, k // BLOCK), dtype=torch.uint8, device=x.device)
-    # written as int32 words (every layout's row is a multiple of 4 bytes), returned as bytes
-    words = torch.empty((r, bytes_per_row(fmt, layout, k) // 4), dtype=torch.int32,
-                        device=x.device)
-    data = words.view(torch.uint8)
+    if pack == 2:  # written as int32 words, returned as their little-endian bytes
+        words = torch.empty((r, 3 * k // 16), dtype=torch.int32, device=x.device)
+        data = words.view(torch.uint8)
+    else:
+        words = data = torch.empty((r, bytes_per_row(fmt, layout, k)), dtype=torch.uint8,
+                                   device=x.device)
     if r and k:
-        pairs = x.dtype == torch.bfloat16 and x.data_ptr() % 4 == 0 and x.stride(0) % 2 == 0
-        consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0,
-                                     pairs)
+        consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0)
         _launch(_quantize_kernel, (bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales

@@ -52,7 +52,7 @@ def test_arguments() -> None:
     assert args.formats == ["mxfp4", "mxint8"] and args.dtype == "fp16"
     assert sass_quant.variants("dequantize", args.formats, args.layouts) == [
         ("mxfp4", "packed"), ("mxfp4", "unpacked"), ("mxint8", "unpacked")]
-    for bad in (["--formats", "mxfp5"], ["--layouts", "dense"], ["--path", "fast"]):
+    for bad in (["--formats", "mxfp5"], ["--layouts", "dense"], ["--dtype", "fp8"]):
         with pytest.raises(SystemExit):
             sass_quant.parse_args(bad)
 
@@ -68,10 +68,10 @@ def test_compiles_one_variant_offline() -> None:
         pytest.skip("no ptxas in this triton install")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_quant.py"), "--formats",
-                          "mxfp4", "--layouts", "packed", "--path", "fold"],
+                          "mxfp4", "--layouts", "packed"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("| mxfp4 | packed")]
     assert row, out.stdout
     per_element = float(row[0].split("|")[5])
-    assert 5 < per_element < 30, row[0]  # bf16 mxfp4 packed: ~15.5 on triton 3.6
+    assert 5 < per_element < 30, row[0]  # bf16 mxfp4 packed: ~21 on triton 3.6

@@ -1,11 +1,10 @@
-"""The dequantize kernel's unsaturated tiles (scale bytes all <= mx_quant._safe_scale) against
-kernels.reference, bit for bit: every code of every format and layout, every output dtype,
-tiles whose scale bytes are safe - 1, safe, safe + 1, 0xFF and a mix.
+"""The dequantize kernel at the output dtype's saturation edge against kernels.reference, bit
+for bit: every code of every format and layout, every output dtype, with the scale bytes
+around `edge` (the largest byte that takes no code past the dtype's max): edge - 1, edge,
+edge + 1 (the largest codes saturate), 0xFF (NaN blocks) and a tile mixing them.
 
-Why: a tile at or below SAFE_SCALE skips the saturation, so a SAFE_SCALE one too high lets the
-largest codes overflow to Inf in the safe + 1 tile (caught by the bits), and one too low is
-caught by the bound itself (the largest finite code times 2**(safe + 1 - 127) must pass the
-dtype's max).
+Why: saturation (to +-max, Inf codes kept) is decided per element from the code and the scale;
+these rows put every code on both sides of that decision.
 """
 from __future__ import annotations
 
@@ -31,19 +30,19 @@ OUT = (torch.float32, torch.bfloat16, torch.float16)
 K = 256  # a row holds every code of an 8-bit format
 
 
-@pytest.mark.parametrize("out_dtype", OUT, ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("name", list(FORMATS))
-def test_safe_scale_is_the_largest_safe_byte(name: str, out_dtype: torch.dtype) -> None:
+def edge_byte(name: str, out_dtype: torch.dtype) -> int:
+    """The largest E8M0 byte (<= 254) with which no finite code of `name` passes out_dtype's
+    max (bf16 / fp32 out: 252 for mxfp4, 246 for E4M3; fp16: 140 / 134)."""
     fmt = FORMATS[name]
-    safe = mx_quant._safe_scale(fmt, out_dtype)
     top = max(abs(v) for v in map(lambda c: code_value(fmt, c), range(1 << fmt.bits))
               if math.isfinite(v))
     limit = torch.finfo(out_dtype).max
-    assert top * 2.0 ** (safe - 127) <= limit
-    assert safe == 254 or top * 2.0 ** (safe + 1 - 127) > limit
-    known = {("mxfp4", torch.bfloat16): 252, ("mxfp8_e4m3", torch.bfloat16): 246,
-             ("mxfp4", torch.float16): 140, ("mxfp8_e4m3", torch.float16): 134}
-    assert known.get((name, out_dtype), safe) == safe
+    return max(b for b in range(255) if top * 2.0 ** (b - 127) <= limit)
+
+
+def test_edge_bytes() -> None:
+    assert [edge_byte(n, d) for n in ("mxfp4", "mxfp8_e4m3")
+            for d in (torch.bfloat16, torch.float16)] == [252, 140, 246, 134]
 
 
 def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -57,9 +56,9 @@ def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 
 @pytest.mark.parametrize("out_dtype", OUT, ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("name,layout", FMT_LAYOUTS)
-def test_dequantize_around_safe_scale(name: str, layout: str, out_dtype: torch.dtype) -> None:
+def test_dequantize_around_the_edge(name: str, layout: str, out_dtype: torch.dtype) -> None:
     fmt = FORMATS[name]
-    safe = mx_quant._safe_scale(fmt, out_dtype)
+    safe = edge_byte(name, out_dtype)
     tile_r = (mx_quant.INTERPRETER_TILE if DEVICE == "cpu"
               else mx_quant.gpu_tile("dequantize", 0))["BLOCK_R"]
     n = 1 << fmt.bits
@@ -69,7 +68,7 @@ def test_dequantize_around_safe_scale(name: str, layout: str, out_dtype: torch.d
     scales = torch.tensor(groups, dtype=torch.uint8).repeat_interleave(tile_r)
     scales = scales[:, None].expand(-1, K // 32).clone()
     mixed = torch.full((tile_r, K // 32), safe, dtype=torch.uint8)
-    mixed[tile_r // 2, 1] = 255  # one NaN block in an otherwise safe tile
+    mixed[tile_r // 2, 1] = 255  # one NaN block in a tile at the edge
     mixed[tile_r - 1, -1] = safe + 1
     scales = torch.cat([scales, mixed])
     codes = codes.repeat(rows, 1)
@@ -79,5 +78,5 @@ def test_dequantize_around_safe_scale(name: str, layout: str, out_dtype: torch.d
     want = ref.dequantize(data, scales, fmt, layout, K, out_dtype)
     for g, lo in enumerate(range(0, rows, tile_r)):
         what = (f"{name} {layout} -> {out_dtype}, scale bytes "
-                f"{(groups + ['mixed'])[g]} (safe {safe})")
+                f"{(groups + ['mixed'])[g]} (edge {safe})")
         assert_same_bits(got[lo:lo + tile_r], want[lo:lo + tile_r], what)
