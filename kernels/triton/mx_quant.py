@@ -143,16 +143,18 @@ def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
     return dict(GPU_TILE)
 
 
+def _tile(kernel: str, pack: int) -> dict[str, int]:
+    """The tile a launch of `kernel` takes here: the interpreter's, or the GPU's."""
+    return INTERPRETER_TILE if _INTERPRETED else gpu_tile(kernel, pack)
+
+
 _KERNELS = {_quantize_kernel: "quantize", _dequantize_kernel: "dequantize"}  # (else qdq)
 
 
 def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
     """Run `kernel` over an [r, k] grid of tiles."""
-    if _INTERPRETED:
-        tile, extra = INTERPRETER_TILE, {}
-    else:
-        tile = gpu_tile(_KERNELS.get(kernel, "qdq"), consts.get("PACK", 0))
-        extra = {"num_warps": GPU_WARPS}
+    tile = _tile(_KERNELS.get(kernel, "qdq"), consts.get("PACK", 0))
+    extra = {} if _INTERPRETED else {"num_warps": GPU_WARPS}
     grid = (launcher.cdiv(r, tile["BLOCK_R"]), launcher.cdiv(k, tile["BLOCK_K"]))
     named = dict(consts, **tile)
     head = (*ptrs, r, k, *strides)
@@ -307,14 +309,13 @@ class QdqPlan:
     def __init__(self, fmt: ElemFormat | str, rounding: str, dtype: torch.dtype, k: int,
                  keep_launches: bool = False):
         fmt = _format(fmt)
+        self.tile = _tile("qdq", 0)
         consts = format_constexprs(fmt)
         consts.update(IN_KIND=KIND_OF_DTYPE[dtype],
                       ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
-                      HW_CAST=not _INTERPRETED,
-                      **(INTERPRETER_TILE if _INTERPRETED else gpu_tile("qdq", 0)))
+                      HW_CAST=not _INTERPRETED, **self.tile)
         names = _qdq_kernel.arg_names
         self.tail = tuple(consts[name] for name in names[names.index("IN_KIND"):])
-        self.tile = INTERPRETER_TILE if _INTERPRETED else gpu_tile("qdq", 0)
         self.key = launcher.intern((self.tail, k, k % 16 == 0))
         self.fast: Optional[dict] = {} if keep_launches and not _INTERPRETED else None
 
