@@ -30,9 +30,10 @@ start=$(date -u +%s)
 # 480 s at 0872c68 and more than 490 s (98 %) at a5e4f13 (2026-12-02 06:23 / 06:57 UTC): on a
 # fresh machine give it 560 s, as the session's first call and alone (the device tool's calls
 # end at 600 s). --durations: the slowest tests, to see where a cold run's time goes.
-# 2026-12-03: cold with the table's TMA rows on, past 555 s (98 %, no test over 150 s: slow,
-# not stuck); warm without them 347 s. When a cold run cannot finish in one call, run the
-# suite once to fill the Triton cache and this script right after it, on the still-warm machine.
+# 2026-12-03: cold with the table's TMA rows on, past 555 s and 575 s (98 %, no test over
+# 150 s: slow, not stuck); warm right after, 179 s. A cold run does not finish in one call: run
+# the suite once to fill the Triton cache and this script right after it, on the still-warm
+# machine (the device tool releases a machine idle for 30 s).
 PYTEST_S=${PYTEST_S:-560}
 # a test past TEST_S seconds fails with every thread's stack (pytest-timeout, on the H200 image),
 # so a stuck test names itself instead of stalling the run

@@ -293,11 +293,11 @@ SUB_K_VERIFIED = True
 REP_VERIFIED = True
 # The x tile by TMA (X_TMA, WgmmaConfig.tma_x; the table's rows record where it measured
 # faster): its GPU tests (test_x_by_tma_matches_the_reference, test_x_by_tma_experts_match_the_
-# reference) passed on the H200 (2026-12-03 09:42 UTC, 151 passed), but the two whole-suite
-# runs with the table's TMA rows on (10:14 / 10:24 UTC) stalled at 98 % with no failure, as the
-# lost tma-x branch's did on 2026-12-02: a test hangs or runs for minutes with TMA on. Off until
-# that is found (docs/verification.md): the table's rows then run without it (`table_config`).
-TMA_X_VERIFIED = False
+# reference) passed on the H200 (2026-12-03 09:42 UTC); the whole suite with the table's TMA
+# rows on passed there at 7bf79b8 (13:13 UTC, tools/gpu_check.sh, 3828 passed; warm, after a
+# cold run that filled the Triton cache: the earlier "stalls" were runs past their time limits,
+# no test ever passed 150 s; docs/verification.md).
+TMA_X_VERIFIED = True
 
 
 def table_config(cfg: object) -> object:

@@ -288,7 +288,7 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
         return None
 
     cfg = lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=3, tma_x=True)
-    monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)  # (off: the table's rows run without it)
+    monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)
     monkeypatch.setattr(launcher_mod, "launch", record)
     monkeypatch.setattr(launcher_mod, "current_stream", lambda device: 5)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
