@@ -192,24 +192,29 @@ def rep_configs(m: int) -> list[WgmmaConfig]:
 
 
 def forced_spec(spec: str) -> WgmmaConfig:
-    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] -> its WgmmaConfig."""
+    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws]]]]] -> its
+    WgmmaConfig."""
     try:
         v = [int(t) for t in spec.split(":")]
     except ValueError:
         v = []
-    if not 5 <= len(v) <= 9:
-        raise ValueError(f"wgmma spec {spec!r}: want 5 to 9 integers, "
-                         "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]]")
+    if not 5 <= len(v) <= 10:
+        raise ValueError(f"wgmma spec {spec!r}: want 5 to 10 integers, "
+                         f"{SPEC_FIELDS}")
     return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
                        sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1,
-                       tma_x=bool(v[8]) if len(v) > 8 else False)
+                       tma_x=bool(v[8]) if len(v) > 8 else False,
+                       ws=bool(v[9]) if len(v) > 9 else False)
+
+
+SPEC_FIELDS = "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws]]]]]"
 
 
 def wgmma_name(c: WgmmaConfig) -> str:
     return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
             f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
             f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}"
-            f"{' tma' if c.tma_x else ''}")
+            f"{' tma' if c.tma_x else ''}{' ws' if c.ws else ''}")
 
 
 def main() -> None:
@@ -223,7 +228,7 @@ def main() -> None:
                     "register caps) or the rep grid (128 rows a warpgroup); beside the table's "
                     "own pick")
     ap.add_argument("--wgmma-specs", help="instead of --wgmma-grid: these wgmma configs, "
-                    "comma-separated block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] "
+                    f"comma-separated {SPEC_FIELDS} "
                     "(each M takes those whose block_m is its tile: the smallest >= M)")
     ap.add_argument("--eager", action="store_true",
                     help="also time each variant eager (host time included)")
@@ -242,6 +247,7 @@ def main() -> None:
     wgmma_tiles.ACT_VERIFIED = True
     linear_wgmma.FP8_VERIFIED = True
     linear_wgmma.SUB_K_VERIFIED = linear_wgmma.REP_VERIFIED = True
+    linear_wgmma.TMA_X_VERIFIED = linear_wgmma.WS_VERIFIED = True
     rows: list[dict] = []
     t0 = time.time()
     print(f"{torch.cuda.get_device_name()} copy {copy_bandwidth(dev):.3f} TB/s", flush=True)

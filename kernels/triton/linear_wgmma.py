@@ -48,13 +48,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from kernels.triton import launcher
 from kernels.triton.launcher import aligned
 from kernels.triton.linear_mma import workspace
+from kernels.triton.linear_wgmma_ws import _ws_linear_kernel
 from kernels.triton.wgmma_config import (  # noqa: F401 (re-exported: the kernel's vocabulary)
     BLOCK_M_VERIFIED, FORMATS, WgmmaConfig, WgmmaPlan, _layout, weight_format, wgmma_plan)
-from kernels.triton.wgmma_decode import (along, decode_fp4, decode_fp6, decode_fp8, fp6_operands,
-                                         halves, scale_word, x_copy_layout)
+from kernels.triton.wgmma_decode import along, decode, halves, slot_operands, x_copy_layout
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import (X_SMEM, XDesc, copy_tile, copyable_rows, cta_barrier,
-                                        qdq_x_tile, store_out, x_descriptor)
+                                        finish_tile, qdq_x_tile, x_descriptor)
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
@@ -184,19 +184,12 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
             qdq_x_tile(xb, xq_smem, BLOCK_M, BLOCK_K, WARPS, ACT)
             fence_async_shared()
             xb = xq_smem
-        words = w_smem.index(cur).load(WL)
-        sword = scale_word(s_smem.index(cur).load(SL), words)
-        if FMT == 3:
-            bw = b_smem.index(cur).load(WL)
-            base = bw
-        elif FMT:
-            bw, base = fp6_operands(words, b_smem.index(cur).load(BL), WL, FMT)
-        else:
-            bw, base = words, words
+        words, bw, base, sword = slot_operands(w_smem.index(cur), b_smem.index(cur),
+                                               s_smem.index(cur), WL, SL, WARPS, NBH, FMT)
         if len(ACT) > 0:
             cta_barrier()  # every warp's QDQ stores are in before the wgmma reads them
         if SUB_K == 1:
-            a = _decode(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
+            a = decode(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
             acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
             # Retired at once: wgmma reads its A registers while in flight and ptxas (CUDA
             # 12.8 / 13.0) does not keep them from being reused across the loop's back edge
@@ -211,9 +204,9 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
             r0, r1 = halves(base, NBH)
             s0, s1 = halves(sword, NBH)
             HK: gl.constexpr = BLOCK_K // 2
-            a0 = _decode(w0, b0, r0, s0, BLOCK_N, HK, A, FMT)
+            a0 = decode(w0, b0, r0, s0, BLOCK_N, HK, A, FMT)
             acc = warpgroup_mma(a0, xb.slice(0, HK, dim=1).permute((1, 0)), acc, is_async=True)
-            a1 = _decode(w1, b1, r1, s1, BLOCK_N, HK, A, FMT)
+            a1 = decode(w1, b1, r1, s1, BLOCK_N, HK, A, FMT)
             acc = warpgroup_mma(a1, xb.slice(HK, HK, dim=1).permute((1, 0)), acc, is_async=True)
             acc, a0, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a0, a1])
     async_copy.wait_group(0)
@@ -221,26 +214,8 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         n_done = k_hi - k_lo
         for j in gl.static_range(D):
             mbarrier.wait(xbar.index((n_done + j) % STAGES), ((n_done + j) // STAGES) & 1)
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-    cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-    orow = pid_n * BLOCK_N + rows  # output features
-    if SPLIT > 1:  # park the partial; the last slice of this tile to finish adds them up
-        tile = pid_m * gl.num_programs(0) + pid_n
-        tile_elems = gl.num_programs(1) * gl.num_programs(0) * (BLOCK_N * BLOCK_M)
-        local = part_ptr + tile * (BLOCK_N * BLOCK_M) + rows[:, None] * BLOCK_M + cols[None, :]
-        gl.store(local + pid_s * tile_elems, acc)
-        cta_barrier()
-        done = gl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if done == SPLIT - 1:
-            acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-            for s in gl.static_range(SPLIT):  # slice order: deterministic
-                acc += gl.load(local + s * tile_elems, cache_modifier=".cg")
-            store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr,
-                       dest_ptr, rw_ptr, HAS_BIAS, GROUPED)
-            gl.atomic_xchg(lock_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next
-    else:
-        store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr,
-                   rw_ptr, HAS_BIAS, GROUPED)
+    finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
+                dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, BLOCK_N, BLOCK_M, MMA)
 
 
 @gluon.jit
@@ -251,18 +226,6 @@ def _slot(xbar, s, X_TMA: gl.constexpr):
     else:
         bar = xbar
     return bar
-
-
-@gluon.jit
-def _decode(words, bw, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-            A: gl.constexpr, FMT: gl.constexpr):
-    """A K tile's (or half's) A operand from its per-thread operands, by weight format."""
-    if FMT == 3:
-        return decode_fp8(words, bw, sword, BLOCK_N, BLOCK_K, A)
-    elif FMT:
-        return decode_fp6(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
-    else:
-        return decode_fp4(words, sword, BLOCK_N, BLOCK_K, A)
 
 
 # K past whole tiles (K_TAIL) and mxfp6 weights (FMT 1 / 2, fp6_words' layout): gates a path
@@ -298,6 +261,10 @@ REP_VERIFIED = True
 # cold run that filled the Triton cache: the earlier "stalls" were runs past their time limits,
 # no test ever passed 150 s; docs/verification.md).
 TMA_X_VERIFIED = True
+# Warp-specialized (WgmmaConfig.ws, linear_wgmma_ws.py): written 2026-12-03 (compiled for
+# sm_90a offline); off until its GPU test (test_warp_specialized_matches_the_reference) has
+# passed in a whole-suite run on the H200.
+WS_VERIFIED = False
 
 
 def table_config(cfg: object) -> object:
@@ -305,6 +272,8 @@ def table_config(cfg: object) -> object:
     it still gated off (tma_x) runs as the same config without it (what ran before the part
     was written); a caller's own config is refused instead (`unavailable`). Other configs (the
     interpreter's stand-in) as they are."""
+    if isinstance(cfg, WgmmaConfig) and cfg.ws and not WS_VERIFIED:
+        cfg = dataclasses.replace(cfg, ws=False)
     if isinstance(cfg, WgmmaConfig) and cfg.tma_x and not TMA_X_VERIFIED:
         return dataclasses.replace(cfg, tma_x=False)
     return cfg
@@ -321,6 +290,9 @@ def gated(cfg: WgmmaConfig) -> Optional[str]:
         return "rep=2 (128 rows a warpgroup): written, not yet verified on a GPU"
     if cfg.tma_x and not TMA_X_VERIFIED:
         return "tma_x (the x tile by TMA): written, not yet verified on a GPU"
+    if cfg.ws and not WS_VERIFIED:
+        return "ws (warp-specialized: a TMA loader warp, two consumers): written, not yet " \
+            "verified on a GPU"
     return None
 
 
@@ -377,13 +349,15 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) ->
     key = (plan.key, aligned(x2d), x2d.stride(0) % 16 == 0, aligned(b), aligned(out),
            out.stride(0) % 16 == 0, b.dtype)
     xa = x_descriptor(x2d, cfg.block_m, cfg.block_k) if cfg.tma_x else x2d
-    args = (xa, plan.words, plan.words if plan.bwords is None else plan.bwords, plan.sbytes, b,
-            out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1, x2d.stride(0),
-            out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m, cfg.block_k,
-            cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt, plan.act,
-            cfg.sub_k, cfg.rep, cfg.tma_x)
-    compiled = launcher.launch(_wgmma_linear_kernel, key, grid, args, num_warps=cfg.warps,
-                               num_stages=1, maxnreg=cfg.maxnreg)
+    weight = plan.descs or (plan.words, plan.words if plan.bwords is None else plan.bwords,
+                            plan.sbytes)
+    args = (xa, *weight, b, out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1,
+            x2d.stride(0), out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m,
+            cfg.block_k, cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt,
+            plan.act, cfg.sub_k, cfg.rep, cfg.tma_x)
+    kernel = _ws_linear_kernel if cfg.ws else _wgmma_linear_kernel
+    compiled = launcher.launch(kernel, key, grid, args, num_warps=cfg.warps, num_stages=1,
+                               maxnreg=cfg.maxnreg)
     if direct and stream is not None and compiled is not None and aligned(out) and \
             not torch.cuda.is_current_stream_capturing():  # capture: the workspace is the graph's
         plan.fast[stream] = launcher.Bound(compiled, grid, args, _PER_CALL)

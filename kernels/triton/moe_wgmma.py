@@ -110,10 +110,11 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
     cfg = cfg or linear_wgmma.table_config(config_for(rows, num_experts, weight.fmt, n, k))
-    why = linear_wgmma.gated(cfg)
+    why = linear_wgmma.gated(cfg) or ("ws (warp-specialized): dense layers only" if cfg.ws
+                                       else None)
     if why:
         raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "
-                         "rep 1, tma_x False), or none: the table's")
+                         "rep 1, tma_x False, ws False), or none: the table's")
     if not checked_once(cached, "wgmma_scale_fits", lambda: fast_fp4_scale(weight.scales)
                         if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt)):
         raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "

@@ -40,6 +40,7 @@ class WgmmaConfig:
     maxnreg: int = 0  # a register cap a thread (0: ptxas' choice): two 8-warp CTAs an SM at 128
     rep: int = 1  # 64-row blocks a warpgroup (2: 128 rows a warpgroup, one x tile for both)
     tma_x: bool = False  # the x tile by one TMA copy (M >= 64: a 16-32 KB tile) not cp.async
+    ws: bool = False  # warp-specialized (linear_wgmma_ws): a TMA loader warp, two consumers
 
     @property
     def groups(self) -> int:
@@ -61,6 +62,12 @@ class WgmmaConfig:
                 not (self.maxnreg == 0 or 64 <= self.maxnreg <= 255):
             raise ValueError(f"WgmmaConfig: sub_k={self.sub_k} (1 or 2), rep={self.rep} (1 or 2), "
                              f"maxnreg={self.maxnreg} (0, or 64..255 registers a thread)")
+        if self.ws and (self.warps != 4 or self.rep != 1 or self.sub_k != 1 or self.fuse_act
+                        or not self.tma_x):
+            raise ValueError(f"WgmmaConfig: ws=True runs two 4-warp consumers of 64 rows with x by "
+                             f"TMA: it needs warps=4, rep=1, sub_k=1, fuse_act=False, tma_x=True "
+                             f"(got warps={self.warps}, rep={self.rep}, sub_k={self.sub_k}, "
+                             f"fuse_act={self.fuse_act}, tma_x={self.tma_x})")
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class WgmmaPlan:
     fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2, 3 mxfp8 e4m3
     act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
     fast: dict = field(default_factory=dict, compare=False)  # stream -> launcher.Bound
+    descs: tuple = ()  # ws: TMA descriptors of words, B words, scale bytes (ws_descriptors)
     device: Optional[int] = None  # the weight's CUDA device index (a torch.device a call: ~1 us)
 
 
@@ -119,8 +127,12 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     words, sbytes, bwords = layout
     act = act if cfg.fuse_act else ()
     key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act))
+    descs = ()
+    if cfg.ws:  # (the Gluon module only where a ws config is planned)
+        from kernels.triton.linear_wgmma_ws import ws_descriptors
+        descs = ws_descriptors(words, bwords, sbytes, cfg.block_k)
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
-                     FORMATS.index(fmt), act, device=words.device.index)
+                     FORMATS.index(fmt), act, device=words.device.index, descs=descs)
 
 
 def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optional[tuple]:

@@ -189,5 +189,38 @@ def decode_fp8(words, bwords, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexp
     return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
 
 
-__all__ = ["along", "decode_fp4", "decode_fp6", "decode_fp8", "fp6_operands", "halves",
-           "scale_word", "x_copy_layout"]
+@gluon.jit
+def decode(words, bw, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+           A: gl.constexpr, FMT: gl.constexpr):
+    """A K tile's (or half's) A operand from its per-thread operands (`slot_operands`), by the
+    kernel's weight format FMT (0 mxfp4, 1 / 2 mxfp6 e2m3 / e3m2, 3 mxfp8 e4m3)."""
+    if FMT == 3:
+        return decode_fp8(words, bw, sword, BLOCK_N, BLOCK_K, A)
+    elif FMT:
+        return decode_fp6(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
+    else:
+        return decode_fp4(words, sword, BLOCK_N, BLOCK_K, A)
+
+
+@gluon.jit
+def slot_operands(w_slot, b_slot, s_slot, WL: gl.constexpr, SL: gl.constexpr,
+                  WARPS: gl.constexpr, NBH: gl.constexpr, FMT: gl.constexpr):
+    """A ring slot's words, B words and scale bytes (shared) -> the decoder's per-thread
+    operands (words, B words, rotation bases, scale words) in the words' layout WL (SL: the
+    scale bytes', the t lanes of a row sharing them)."""
+    words = w_slot.load(WL)
+    sword = scale_word(s_slot.load(SL), words)
+    if FMT == 3:
+        bw = b_slot.load(WL)
+        base = bw
+    elif FMT:
+        BL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 2], [1, 8, 4, 1, 1, 1],
+                                            [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
+        bw, base = fp6_operands(words, b_slot.load(BL), WL, FMT)
+    else:
+        bw, base = words, words
+    return words, bw, base, sword
+
+
+__all__ = ["along", "decode", "decode_fp4", "decode_fp6", "decode_fp8", "fp6_operands", "halves",
+           "scale_word", "slot_operands", "x_copy_layout"]

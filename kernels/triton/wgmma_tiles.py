@@ -58,6 +58,37 @@ def store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, 
 
 
 @gluon.jit
+def finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
+                dest_ptr, rw_ptr, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr,
+                SPLIT: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                MMA: gl.constexpr):
+    """A program's accumulator [BLOCK_N, BLOCK_M] (layout MMA; grid (N tiles, M tiles, K
+    slices)) to the output (`store_out`); with split-K the partial is parked and the last slice
+    of the output tile to finish adds them up in slice order (deterministic; an atomic counter
+    a tile, self-resetting; the partials in linear_mma.workspace)."""
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+    cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+    orow = gl.program_id(0) * BLOCK_N + rows  # output features
+    if SPLIT > 1:
+        tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+        tile_elems = gl.num_programs(1) * gl.num_programs(0) * (BLOCK_N * BLOCK_M)
+        local = part_ptr + tile * (BLOCK_N * BLOCK_M) + rows[:, None] * BLOCK_M + cols[None, :]
+        gl.store(local + gl.program_id(2) * tile_elems, acc)
+        cta_barrier()
+        done = gl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if done == SPLIT - 1:
+            acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            for s in gl.static_range(SPLIT):  # slice order: deterministic
+                acc += gl.load(local + s * tile_elems, cache_modifier=".cg")
+            store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr,
+                      dest_ptr, rw_ptr, HAS_BIAS, GROUPED)
+            gl.atomic_xchg(lock_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next
+    else:
+        store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr,
+                  rw_ptr, HAS_BIAS, GROUPED)
+
+
+@gluon.jit
 def x_mask(xmask, xc, t, K, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr):
     """The x tile t's copy mask: rows in range, and (K_TAIL: K is not whole tiles) columns < K
     (the rest is zero-filled, against the layout's zero padding)."""
@@ -142,4 +173,4 @@ def copyable_rows(x2d: Tensor) -> Tensor:
 
 
 __all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copyable_rows",
-           "cta_barrier", "qdq_x_tile", "store_out", "x_descriptor", "x_mask"]
+           "cta_barrier", "finish_tile", "qdq_x_tile", "store_out", "x_descriptor", "x_mask"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from kernels.mx import MXTensor
+from kernels.reference.packing import pack_codes
+from kernels.spec.formats import FORMATS
 
 #: every e4m3 code but the two NaNs (0x7F, 0xFF)
 E4M3_CODES = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F])
@@ -21,3 +23,30 @@ def e4m3_weight(n: int, k: int, gen: torch.Generator) -> MXTensor:
     flat[at] = torch.tensor([3, 4, 126, 127, 128, 134, 255] * 2)
     return MXTensor(codes.to(torch.uint8), scales.to(torch.uint8), "mxfp8_e4m3", "even",
                     torch.Size((n, k)), "unpacked")
+
+
+def fp4_weight(n: int, k: int, gen: torch.Generator, specials: bool = True) -> MXTensor:
+    """Random mxfp4 codes (all 16 in every row) and scale bytes 100..128, with the bytes 0, 1,
+    2, 126, 127, 128 and 0xFF (NaN) planted."""
+    codes = torch.randint(0, 16, (n, k), generator=gen)
+    codes[:, :16] = torch.arange(16)
+    scales = torch.randint(100, 129, (n, k // 32), generator=gen)
+    if specials:
+        flat = scales.view(-1)
+        at = torch.randperm(flat.numel(), generator=gen)[:21]
+        flat[at] = torch.tensor([0, 1, 2, 126, 127, 128, 255] * 3)
+    data = pack_codes(codes.to(torch.uint8), FORMATS["mxfp4"], "packed")
+    return MXTensor(data, scales.to(torch.uint8), "mxfp4", "even", torch.Size((n, k)), "packed")
+
+
+def fp6_weight(fmt: str, n: int, k: int, layout: str, gen: torch.Generator) -> MXTensor:
+    """Random codes (all 64 in the first row) and scale bytes 100..120 with 0, 1, 2, 126, 127,
+    128 and 0xFF (NaN) planted, in `layout`."""
+    codes = torch.randint(0, 64, (n, k), generator=gen)
+    codes[0, :64] = torch.arange(64)
+    scales = torch.randint(100, 121, (n, k // 32), generator=gen)
+    flat = scales.view(-1)
+    flat[torch.randperm(flat.numel(), generator=gen)[:14]] = torch.tensor([0, 1, 2, 126, 127,
+                                                                             128, 255] * 2)
+    data = pack_codes(codes.to(torch.uint8), FORMATS[fmt], layout)
+    return MXTensor(data, scales.to(torch.uint8), fmt, "even", torch.Size((n, k)), layout)

@@ -13,13 +13,10 @@ import dataclasses
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from kernels.base import load_kernel
 from kernels.mx import MXTensor, mx_dequantize
-from kernels.reference.packing import pack_codes
 from kernels.spec.contract import QuantKey, SchemeContract
-from kernels.spec.formats import FORMATS
 from kernels.triton import fp4_words as fw
 from kernels.triton import linear_configs
 from kernels.triton import linear_emulation as le
@@ -28,7 +25,8 @@ from kernels.triton.linear_emulation import fused_linear
 from kernels.triton import launcher as launcher_mod
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import act_facts
-from support.mx_weights import e4m3_weight as fp8_weight
+from support.linear_checks import close, reference_bf16
+from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight
 
 KERNEL = load_kernel("triton-emulation")
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -37,20 +35,6 @@ FP4 = {"W_PACK": 1, "W_BITS": 4, "W_SAT": False}
 
 def key(name: str, static: bool = True) -> QuantKey:
     return QuantKey.mx(name, rounding="even", static=static)
-
-
-def fp4_weight(n: int, k: int, gen: torch.Generator, specials: bool = True) -> MXTensor:
-    """Random mxfp4 codes (all 16 in every row) and scale bytes 100..128, with the bytes 0, 1,
-    2, 126, 127, 128 and 0xFF (NaN) planted."""
-    codes = torch.randint(0, 16, (n, k), generator=gen)
-    codes[:, :16] = torch.arange(16)
-    scales = torch.randint(100, 129, (n, k // 32), generator=gen)
-    if specials:
-        flat = scales.view(-1)
-        at = torch.randperm(flat.numel(), generator=gen)[:21]
-        flat[at] = torch.tensor([0, 1, 2, 126, 127, 128, 255] * 3)
-    data = pack_codes(codes.to(torch.uint8), FORMATS["mxfp4"], "packed")
-    return MXTensor(data, scales.to(torch.uint8), "mxfp4", "even", torch.Size((n, k)), "packed")
 
 
 def same_values(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -517,26 +501,6 @@ gpu = pytest.mark.skipif(not ON_SM90, reason="wgmma runs on sm_90 only; the CPU 
                          "check its layout and decoder")
 
 
-def reference_bf16(x: torch.Tensor, prepared, bias=None) -> torch.Tensor:
-    ref = load_kernel("reference-emulation")
-    xq = ref.qdq_activation(x, prepared, backend="reference")
-    w = mx_dequantize(prepared.weight, torch.float32, backend="reference")
-    return F.linear(xq.float(), w, None if bias is None else bias.float())
-
-
-def close(got: torch.Tensor, want: torch.Tensor) -> bool:
-    """bf16 output of an fp32 accumulator: NaN where the reference has NaN, else within one
-    bf16 rounding plus summation order (relative to the row's size)."""
-    got = got.float()
-    fin = want.isfinite()
-    if not (torch.equal(got.isnan(), want.isnan()) and torch.equal(got[want.isinf()],
-                                                                  want[want.isinf()])):
-        return False
-    diff = (got - want).masked_fill(~fin, 0)
-    scale = want.masked_fill(~fin, 0).abs().amax(dim=-1, keepdim=True).clamp_min(1e-30)
-    return bool((diff.abs() / scale).max() <= 2.0 ** -7)
-
-
 def test_configs_past_the_verified_tiles_are_refused() -> None:
     with pytest.raises(ValueError, match=r"block_m=48 is not one of \(8, 16, 32, 64, 128\)"):
         lw.WgmmaConfig(block_m=48, block_k=128, split=2, stages=4)
@@ -733,19 +697,6 @@ def test_k_past_whole_tiles_runs_on_wgmma(k: int, monkeypatch: pytest.MonkeyPatc
 def lc_bucket(m: int) -> int:
     from kernels.triton.linear_configs import m_bucket
     return m_bucket(m)
-
-
-def fp6_weight(fmt: str, n: int, k: int, layout: str, gen: torch.Generator) -> MXTensor:
-    """Random codes (all 64 in the first row) and scale bytes 100..120 with 0, 1, 2, 126, 127,
-    128 and 0xFF (NaN) planted, in `layout`."""
-    codes = torch.randint(0, 64, (n, k), generator=gen)
-    codes[0, :64] = torch.arange(64)
-    scales = torch.randint(100, 121, (n, k // 32), generator=gen)
-    flat = scales.view(-1)
-    flat[torch.randperm(flat.numel(), generator=gen)[:14]] = torch.tensor([0, 1, 2, 126, 127,
-                                                                             128, 255] * 2)
-    data = pack_codes(codes.to(torch.uint8), FORMATS[fmt], layout)
-    return MXTensor(data, scales.to(torch.uint8), fmt, "even", torch.Size((n, k)), layout)
 
 
 @pytest.mark.parametrize("fmt", ("mxfp6_e2m3", "mxfp6_e3m2"))

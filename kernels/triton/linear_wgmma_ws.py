@@ -1,0 +1,210 @@
+"""The wgmma kernel warp-specialized (`WgmmaConfig.ws`): a loader warp and two consumer
+warpgroups in one program, in Gluon (`gl.warp_specialize`).
+
+Why: in the one-partition kernel (linear_wgmma.py) every warp runs one serial chain a K tile —
+wait for the copies, CTA barrier, issue the next tile's copies, decode, wgmma, wait for it (its
+A registers cannot stay in flight across the loop's back edge: part 4 of docs/benchmarks.md).
+At M = 128 ncu put 25 % of the samples on the loop top (copies, barriers), 23 % on the decode,
+24 % on the wgmma wait and 16 % on the split-K epilogue, with the tensor pipe 44 % busy
+(part 8). Here:
+- one loader warp issues every copy by TMA — the x tile ([block_m, block_k] of x, zero-filled
+  past M and K), the tile's words, B words (mxfp6 / mxfp8) and scale bytes (each a contiguous
+  run of the prepared layout, copied as [rows, 256] boxes of its flat view) — into a ring of
+  STAGES slots, each with a "full" mbarrier (the copies' bytes) and an "empty" one (released by
+  the consumer that read it); no thread of a consumer computes an address or waits on a copy;
+- two consumer warpgroups take alternate K tiles of the same 64 weight rows: one decodes while
+  the other's wgmma runs, with no CTA barrier between them (each partition's barriers count its
+  own 128 threads); the decode and the operand layouts are the one-partition kernel's own
+  (wgmma_decode.slot_operands / decode), so the bits a tile are the same;
+- the second consumer hands its accumulator to the first through shared memory (one mbarrier),
+  which adds it (even tiles + odd tiles: a fixed order, deterministic) and finishes the tile as
+  the one-partition kernel does (wgmma_tiles.finish_tile: bias, bf16 store, or split-K).
+
+The kernel takes the one-partition kernel's parameters (so run_wgmma and its `launcher.Bound`
+serve both): the weight operands are TMA descriptors (`ws_descriptors`), x a descriptor as with
+`tma_x`; the parameters it has no use for (grouped rows, fused QDQ, K halves, rep) must be off
+(`WgmmaConfig` refuses them with ws). Gated (`linear_wgmma.WS_VERIFIED`) until its GPU test
+passed in a whole-suite run; CPU CI compiles it for sm_90a (the copies, mbarriers, setmaxnreg).
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              warpgroup_mma, warpgroup_mma_wait)
+
+from kernels.triton.wgmma_decode import decode, slot_operands
+from kernels.triton.wgmma_tiles import X_SMEM, _tma_load, cta_barrier, finish_tile
+
+ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
+WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
+LOADER_REGS = gl.constexpr(40)  # registers a loader thread
+
+
+def flat_layout(bits: int):
+    """The shared layout of a weight operand's TMA box: no swizzle (the consumers read the
+    slot in the prepared layout's own order, which is the flat order)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=bits, rank=2)
+
+
+W_FLAT = gl.constexpr(flat_layout(32))
+S_FLAT = gl.constexpr(flat_layout(8))
+# triton 3.6 (the H200) names it _reinterpret, 3.9 (CPU CI) reinterpret
+_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
+
+
+@gluon.jit
+def _as_box(slot, dtype: gl.constexpr, rows: gl.constexpr, layout: gl.constexpr):
+    """A ring slot (the consumers' view) as the [rows, ROW] box its TMA copy writes."""
+    if _REINTERPRET:
+        box = slot.reinterpret(dtype, [rows, 256], layout)
+    else:
+        box = slot._reinterpret(dtype, [rows, 256], layout)
+    return box
+
+
+def ws_descriptors(words, bwords, sbytes, block_k: int) -> tuple:
+    """TMA descriptors of a prepared weight's words, B words (or the words again) and scale
+    bytes: flat [numel / ROW, ROW] views, one K tile of 64 rows a box."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    tw, ts = 8 * block_k, 2 * block_k  # words / scale bytes a tile (64 rows x block_k)
+    w = TensorDescriptor.from_tensor(words.view(-1, ROW), [tw // ROW, ROW], W_FLAT.value)
+    b = w if bwords is None else TensorDescriptor.from_tensor(
+        bwords.view(-1, ROW), [bwords.numel() // (words.numel() // tw) // ROW, ROW], W_FLAT.value)
+    s = TensorDescriptor.from_tensor(sbytes.view(-1, ROW), [ts // ROW, ROW], S_FLAT.value)
+    return w, b, s
+
+
+@gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
+def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr,
+                      grp_ptr, dest_ptr, rw_ptr, M, N, K, TILES_PER_SPLIT, E, stride_x,
+                      stride_o, stride_we, stride_se,
+                      HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
+                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
+                      K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
+                      ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
+                      X_TMA: gl.constexpr = True):
+    """x_ptr: TMA descriptor of x [M, K] ([BLOCK_M, BLOCK_K] boxes); w_ptr / b_ptr / s_ptr:
+    `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
+    consumer; the second and the loader are warp_specialize's workers)."""
+    gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA and not GROUPED)
+    gl.static_assert(len(ACT) == 0)
+    G: gl.constexpr = 4  # 16-row groups: one warpgroup's 64 rows
+    NBH: gl.constexpr = BLOCK_K // 128
+    TB4: gl.constexpr = 4 if FMT == 3 else 2  # a B word's share of a slot (mxfp6 half)
+    pid_n = gl.program_id(0)
+    row0 = gl.program_id(1) * BLOCK_M
+    ktiles = (K + BLOCK_K - 1) // BLOCK_K
+    k_lo = gl.program_id(2) * TILES_PER_SPLIT
+    k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
+    WSL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # the flat order
+    SSL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0])
+    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WSL)
+    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, TB4] if FMT else
+                                       [1, 1, 1, 1, 1, 1, 2], WSL)
+    s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, G, 8, 2, NBH, 4], SSL)
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], X_SMEM)
+    red_smem = gl.allocate_shared_memory(gl.float32, [16 * G, BLOCK_M],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    red_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(full.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    mbarrier.init(red_bar, count=1)
+    fence_async_shared()  # the inits before any TMA copy completes on them
+    gl.warp_specialize([
+        (_first_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
+                           bias_ptr, out_ptr, part_ptr, lock_ptr, row0, M - row0, N, stride_o,
+                           k_lo, k_hi, HAS_BIAS, SPLIT, BLOCK_M, BLOCK_K, STAGES, FMT)),
+        (_second_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
+                            k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
+        (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full, empty,
+                   row0, pid_n * ktiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
+    ], [4, 1], [WREGS, LOADER_REGS])
+
+
+@gluon.jit
+def _loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full, empty, row0,
+            tile0, k_lo, k_hi, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+            STAGES: gl.constexpr, FMT: gl.constexpr):
+    """One warp: K tile kk into slot (kk - k_lo) % STAGES once its consumer released it (a
+    fresh "empty" barrier passes the first round: parity 1)."""
+    WR: gl.constexpr = 8 * BLOCK_K // 256  # rows of a tile's words in their flat view
+    BR: gl.constexpr = WR if FMT == 3 else WR // 2
+    SR: gl.constexpr = 2 * BLOCK_K // 256
+    XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
+    for kk in range(k_lo, k_hi):
+        i = kk - k_lo
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        bar = full.index(s)
+        t = tile0 + kk
+        if FMT:
+            mbarrier.expect(bar, XB + (WR + BR) * 256 * 4 + SR * 256)
+            _tma_load(b_desc, [t * BR, 0], bar, _as_box(b_smem.index(s), gl.int32, BR, W_FLAT))
+        else:
+            mbarrier.expect(bar, XB + WR * 256 * 4 + SR * 256)
+        _tma_load(w_desc, [t * WR, 0], bar, _as_box(w_smem.index(s), gl.int32, WR, W_FLAT))
+        _tma_load(s_desc, [t * SR, 0], bar, _as_box(s_smem.index(s), gl.uint8, SR, S_FLAT))
+        _tma_load(x_desc, [row0, kk * BLOCK_K], bar, x_smem.index(s))
+
+
+@gluon.jit
+def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi,
+             BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+             FMT: gl.constexpr):
+    """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows."""
+    NBH: gl.constexpr = BLOCK_K // 128
+    WL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 4], [1, 8, 4, 1, 1, 1],
+                                        [4, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
+    SL: gl.constexpr = gl.SliceLayout(2, WL)
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, BLOCK_M, 16])
+    A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    acc = gl.zeros([64, BLOCK_M], gl.float32, MMA)
+    for kk in range(k_lo + C, k_hi, 2):
+        i = kk - k_lo
+        s = i % STAGES
+        mbarrier.wait(full.index(s), (i // STAGES) & 1)
+        words, bw, base, sword = slot_operands(w_smem.index(s), b_smem.index(s), s_smem.index(s),
+                                               WL, SL, 4, NBH, FMT)
+        a = decode(words, bw, base, sword, 64, BLOCK_K, A, FMT)
+        acc = warpgroup_mma(a, x_smem.index(s).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])  # (A registers: see the module)
+        mbarrier.arrive(empty.index(s))  # every thread's reads of the slot are done
+    return acc
+
+
+@gluon.jit
+def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar, bias_ptr,
+                    out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, k_lo, k_hi,
+                    HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
+                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr):
+    """The default partition: the even tiles, then + the second consumer's sum, and the tile's
+    output (bias / store / split-K, as the one-partition kernel)."""
+    acc = _consume(0, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
+                   STAGES, FMT)
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, BLOCK_M, 16])
+    mbarrier.wait(red_bar, 0)
+    acc = acc + red_smem.load(MMA)
+    finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
+                lock_ptr, bias_ptr, HAS_BIAS, False, SPLIT, 64, BLOCK_M, MMA)
+
+
+@gluon.jit
+def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar, k_lo, k_hi,
+                     BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+                     FMT: gl.constexpr):
+    """A worker partition: the odd tiles, its sum handed to the first consumer."""
+    acc = _consume(1, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
+                   STAGES, FMT)
+    red_smem.store(acc)
+    cta_barrier()  # (this partition's 128 threads) every store in before the arrive
+    mbarrier.arrive(red_bar)
+
+
+__all__ = ["ROW", "ws_descriptors"]

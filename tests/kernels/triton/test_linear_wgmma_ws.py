@@ -1,0 +1,279 @@
+"""The warp-specialized wgmma kernel (kernels/triton/linear_wgmma_ws.py, `WgmmaConfig.ws`).
+
+On the CPU (CI): the config's rules, the gate, the weight descriptors (a tile's box is the
+tile's words, B words and scale bytes of the prepared layout), the launch's arguments, and the
+kernel compiled for sm_90a (its copies, their byte count, the register split, no spills).
+On an sm_90 GPU: the kernel against reference-emulation and the one-partition kernel, every
+weight format, M 1..128, split-K (slices of one tile: the second consumer has none), bias,
+NaN / Inf / zero / subnormal activations, K tails, replayed deterministically.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kernels.base import load_kernel
+from kernels.spec.contract import QuantKey, SchemeContract
+from kernels.triton import fp4_words as fw
+from kernels.triton import launcher as launcher_mod
+from kernels.triton import linear_emulation as le
+from kernels.triton import linear_wgmma as lw
+from kernels.triton import linear_wgmma_ws as ws
+from kernels.triton.fp6_words import wgmma_layout_fp6
+from kernels.triton.linear_emulation import fused_linear
+from support.linear_checks import close, reference_bf16
+from support.mx_weights import e4m3_weight, fp4_weight, fp6_weight
+
+KERNEL = load_kernel("triton-emulation")
+ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def key(name: str) -> QuantKey:
+    return QuantKey.mx(name, rounding="even", static=True)
+
+
+def ws_config(**kw) -> lw.WgmmaConfig:
+    return lw.WgmmaConfig(**{**dict(block_m=64, block_k=128, split=1, stages=4, tma_x=True,
+                                    ws=True), **kw})
+
+
+def test_ws_configs_need_two_4_warp_consumers_and_tma() -> None:
+    ws_config()  # fine
+    for bad in (dict(warps=8), dict(rep=2), dict(sub_k=2), dict(fuse_act=True),
+                dict(tma_x=False)):
+        with pytest.raises(ValueError, match=r"ws=True runs two 4-warp consumers of 64 rows "
+                                             r"with x by TMA: it needs warps=4"):
+            ws_config(**bad)
+
+
+def test_a_gated_ws_row_runs_without_it_and_a_callers_is_refused(monkeypatch) -> None:
+    monkeypatch.setattr(lw, "WS_VERIFIED", False)
+    cfg = ws_config()
+    assert lw.table_config(cfg) == dataclasses.replace(cfg, ws=False)
+    assert lw.gated(cfg) == ("ws (warp-specialized: a TMA loader warp, two consumers): "
+                             "written, not yet verified on a GPU")
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    assert lw.table_config(cfg) == cfg and lw.gated(cfg) is None
+
+
+@pytest.mark.parametrize("block_k", (128, 256))
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"))
+def test_each_tiles_box_is_that_tiles_run_of_the_layout(fmt: str, block_k: int) -> None:
+    """Box t of each descriptor (rows t * box_rows ...) holds exactly K tile t's words, B words
+    and scale bytes of the prepared layout (64-row tiles, tiles in (N tile, K tile) order)."""
+    gen = torch.Generator().manual_seed(block_k + len(fmt))
+    n, k = 136, 640
+    if fmt == "mxfp4":
+        w = fp4_weight(n, k, gen)
+        words, sbytes = fw.wgmma_layout(w.data, w.scales, block_k, 4)
+        bwords = None
+    elif fmt == "mxfp8_e4m3":
+        from kernels.triton.fp8_words import wgmma_layout_fp8
+        w = e4m3_weight(n, k, gen)
+        words, bwords, sbytes = wgmma_layout_fp8(w.data, w.scales, block_k, 4)
+    else:
+        w = fp6_weight(fmt, n, k, "unpacked", gen)
+        words, bwords, sbytes = wgmma_layout_fp6(w.data, w.scales, fmt, block_k, 4)
+    dw, db, ds = ws.ws_descriptors(words, bwords, sbytes, block_k)
+    tiles = -(-n // 64) * -(-k // block_k)
+    for desc, src, per_tile in ((dw, words, 8 * block_k), (ds, sbytes, 2 * block_k),
+                                (db, words if bwords is None else bwords,
+                                 (words if bwords is None else bwords).numel() // tiles)):
+        assert src.numel() == tiles * per_tile
+        rows, row = desc.block_shape
+        assert row == ws.ROW and rows * row == per_tile, (desc.block_shape, per_tile)
+        assert list(desc.shape) == [src.numel() // ws.ROW, ws.ROW]
+        assert desc.base.data_ptr() == src.data_ptr()
+        flat = desc.base.reshape(-1, ws.ROW)
+        for t in (0, 1, tiles - 1):
+            assert torch.equal(flat[t * rows:(t + 1) * rows].reshape(-1),
+                               src.reshape(-1)[t * per_tile:(t + 1) * per_tile])
+
+
+def test_a_ws_plan_launches_the_ws_kernel_with_descriptors(monkeypatch) -> None:
+    """The first call passes the weight's three descriptors and x's; later calls (Bound) keep
+    the weight's and pass each call's x as an XDesc; 4 warps (the first consumer)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    names = ws._ws_linear_kernel.arg_names
+    assert names == lw._wgmma_linear_kernel.arg_names  # one launch path for both kernels
+    general, bound = [], []
+
+    class Compiled:
+        function, packed_metadata = 11, ("meta",)
+
+        @staticmethod
+        def run(*a):
+            bound.append(dict(zip(names, a[9:])))
+
+    def record(fn, key_, grid, args, num_warps, num_stages, **kw):
+        general.append((fn, num_warps, grid, dict(zip(names, args))))
+        return Compiled
+
+    cfg = ws_config(split=2)
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(launcher_mod, "launch", record)
+    monkeypatch.setattr(launcher_mod, "current_stream", lambda device: 5)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(lw, "unavailable", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
+    monkeypatch.setattr(le, "_INTERPRETED", False)
+    monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", cfg))
+    gen = torch.Generator().manual_seed(5)
+    n, k = 200, 1024
+    prepared = KERNEL.prepare(fp4_weight(n, k, gen), SchemeContract(weight=key("mxfp4"),
+                                                                    activation=None))
+    fused_linear(torch.randn(40, k).to(torch.bfloat16), prepared)
+    fn, warps, grid, first = general.pop()
+    assert fn is ws._ws_linear_kernel and warps == 4 and grid == (4, 1, 2)
+    for name, rows in (("w_ptr", 4), ("b_ptr", 4), ("s_ptr", 1)):
+        assert isinstance(first[name], TensorDescriptor), name
+        assert list(first[name].block_shape) == [rows, ws.ROW], name
+    assert isinstance(first["x_ptr"], TensorDescriptor) and first["X_TMA"] is True
+    x = torch.randn(50, k).to(torch.bfloat16)
+    fused_linear(x, prepared)
+    got = bound.pop()
+    assert not general and got["x_ptr"].base.data_ptr() == x.data_ptr() and got["M"] == 50
+    assert all(got[p] is first[p] for p in ("w_ptr", "b_ptr", "s_ptr"))
+
+
+_COMPILE = """
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from kernels.triton import linear_wgmma_ws as ws
+from kernels.triton.wgmma_tiles import X_SMEM
+kern = ws._ws_linear_kernel
+names = kern.arg_names
+found = []
+for c in json.loads(sys.stdin.read()):
+    consts = dict(HAS_BIAS=c["HAS_BIAS"], SPLIT=c["SPLIT"], BLOCK_M=c["BLOCK_M"],
+                  BLOCK_K=c["BLOCK_K"], STAGES=c["STAGES"], WARPS=4, K_TAIL=False,
+                  GROUPED=False, FMT=c["FMT"], ACT=(), SUB_K=1, REP=1, X_TMA=True)
+    wr = 8 * c["BLOCK_K"] // 256
+    br = wr if c["FMT"] in (0, 3) else wr // 2
+    w_flat, s_flat = ws.W_FLAT.value, ws.S_FLAT.value
+    ptrs = {"x_ptr": f"tensordesc<bf16[{c['BLOCK_M']}, {c['BLOCK_K']}],{X_SMEM!r}>",
+            "w_ptr": f"tensordesc<i32[{wr}, 256],{w_flat!r}>",
+            "b_ptr": f"tensordesc<i32[{br}, 256],{w_flat!r}>",
+            "s_ptr": f"tensordesc<u8[{2 * c['BLOCK_K'] // 256}, 256],{s_flat!r}>",
+            "bias_ptr": "*fp32", "out_ptr": "*bf16", "part_ptr": "*fp32", "lock_ptr": "*i32",
+            "grp_ptr": "*i32", "dest_ptr": "*i32", "rw_ptr": "*fp32"}
+    by16 = {"K", "stride_x", "stride_o", "stride_we", "stride_se"}
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if (n in ptrs or n in by16) and not sig[n].startswith("tensordesc")}
+    try:
+        ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs),
+                             target=GPUTarget("cuda", 90, 32),
+                             options=dict(num_warps=4)).asm["ptx"]
+    except Exception as e:  # reported by the case's own test
+        found.append({"error": f"{type(e).__name__}: {e}"[-3000:]})
+        continue
+    got = {p: len(re.findall(p, ptx)) for p in (
+        r"wgmma\\.mma_async", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
+        r"cp\\.async\\.cg", r"ld\\.local", r"st\\.local")}
+    got["expect"] = sorted(set(int(b) for b in re.findall(r"expect_tx\\.shared(?:::cta)?\\.b64 _, \\[%r\\d+\\], (\\d+)", ptx)))
+    got["setmaxnreg"] = sorted(set(int(r) for r in re.findall(r"setmaxnreg\\.\\w+\\.sync\\.aligned\\.u32\\s+(\\d+)", ptx)))
+    found.append(got)
+print(json.dumps(found))
+"""
+
+COMPILE_CASES = [
+    dict(BLOCK_M=16, BLOCK_K=128, STAGES=4, FMT=0, SPLIT=1, HAS_BIAS=False),
+    dict(BLOCK_M=128, BLOCK_K=128, STAGES=4, FMT=0, SPLIT=2, HAS_BIAS=True),
+    dict(BLOCK_M=8, BLOCK_K=256, STAGES=6, FMT=1, SPLIT=2, HAS_BIAS=False),
+    dict(BLOCK_M=32, BLOCK_K=256, STAGES=3, FMT=2, SPLIT=1, HAS_BIAS=True),
+    dict(BLOCK_M=64, BLOCK_K=128, STAGES=3, FMT=3, SPLIT=1, HAS_BIAS=False)]
+
+
+@pytest.fixture(scope="module")
+def compiled_cases() -> list:
+    """Every case compiled in one fresh process (no TRITON_INTERPRET: it patches triton)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]),
+                                         env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
+                         text=True, timeout=900, input=json.dumps(COMPILE_CASES))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("index", range(len(COMPILE_CASES)), ids=[
+    "-".join(f"{k}{v}" for k, v in c.items()) for c in COMPILE_CASES])
+def test_the_ws_kernel_compiles_for_sm90(index: int, compiled_cases: list) -> None:
+    """For sm_90a (no GPU needed): two consumers' wgmmas (BLOCK_K / 16 each); every copy by
+    TMA (x in 64-column boxes, words, B words, scale bytes), none by cp.async; each slot's
+    barrier expects exactly those bytes; the loader / consumer register split (setmaxnreg 40 /
+    232); no spills; shared stores only for the second consumer's accumulator."""
+    c, found = COMPILE_CASES[index], compiled_cases[index]
+    assert "error" not in found, found.get("error")
+    assert found[r"wgmma\.mma_async"] == 2 * c["BLOCK_K"] // 16
+    weight_copies = 3 if c["FMT"] else 2
+    assert found[r"cp\.async\.bulk\.tensor"] == c["BLOCK_K"] // 64 + weight_copies
+    assert found[r"cp\.async\.cg"] == 0
+    tw = 8 * c["BLOCK_K"]
+    tb = {0: 0, 1: tw // 2, 2: tw // 2, 3: tw}[c["FMT"]]
+    assert found["expect"] == [c["BLOCK_M"] * c["BLOCK_K"] * 2 + 4 * (tw + tb) + 2 * c["BLOCK_K"]]
+    assert {40, 232} <= set(found["setmaxnreg"])
+    assert found[r"ld\.local"] == 0 and found[r"st\.local"] == 0
+    assert found[r"st\.shared"] <= c["BLOCK_M"] // 4 + 4
+
+
+# ------------------------------------------------------------------------------- GPU: the kernel
+gpu = pytest.mark.skipif(not ON_SM90, reason="wgmma runs on sm_90 only; the CPU tests above "
+                         "check the descriptors, the launch and the compiled kernel")
+
+
+def weight(fmt: str, n: int, k: int, gen: torch.Generator):
+    if fmt == "mxfp4":
+        return fp4_weight(n, k, gen)
+    if fmt == "mxfp8_e4m3":
+        return e4m3_weight(n, k, gen)
+    return fp6_weight(fmt, n, k, "packed", gen)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3"))
+def test_warp_specialized_matches_the_reference(fmt: str, monkeypatch) -> None:
+    """Close to reference-emulation and to the one-partition kernel of the same tile (the two
+    consumers' sums are added once: another fp32 order), bit for bit the same on a repeat;
+    M 1..128 (rows past M zero-filled by the copy), N tails, K tails (2880), split-K 1..4 with
+    slices of one tile (the second consumer sums nothing), 2..6 stages, bias, specials."""
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    for n, k in ((200, 1024), (72, 2880)):
+        gen = torch.Generator().manual_seed(n + k + len(fmt))
+        prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
+                                  SchemeContract(weight=key(fmt), activation=None))
+        bias = torch.randn(n, generator=gen).cuda()
+        for m, block_m, block_k, split, stages in (
+                (1, 8, 256, 4, 6), (1, 16, 128, 1, 4), (16, 16, 128, 2, 3), (40, 64, 256, 1, 2),
+                (64, 64, 128, 3, 4), (100, 128, 128, 2, 3), (128, 128, 128, 1, 4),
+                (3, 8, 128, 8, 2)):
+            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+            x[0, :32] = 0.0
+            x[0, 32:64] = 2.0 ** -130
+            if m > 1:
+                x[1, 5] = float("inf")
+                x[-1, k - 3] = float("nan")
+            cfg = lw.WgmmaConfig(block_m=block_m, block_k=block_k, split=split, stages=stages,
+                                 tma_x=True, ws=True)
+            plain = dataclasses.replace(cfg, ws=False, stages=min(stages, 4))
+            for b in (None, bias):
+                got = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+                again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+                one = fused_linear(x, prepared, b, strategy="wgmma", config=plain)
+                want = reference_bf16(x, prepared, b)
+                case = (n, k, m, block_m, block_k, split, stages, b is not None)
+                assert torch.equal(got.view(torch.int16), again.view(torch.int16)), case
+                assert close(got, want), case
+                assert close(got, one.float()), case
