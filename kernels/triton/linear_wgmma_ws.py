@@ -89,7 +89,7 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
     consumer; the second and the loader are warp_specialize's workers)."""
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA and not GROUPED)
-    gl.static_assert(len(ACT) == 0)
+    gl.static_assert(len(ACT) == 0 and STAGES % 2 == 0)  # (even: WgmmaConfig says why)
     G: gl.constexpr = 4  # 16-row groups: one warpgroup's 64 rows
     NBH: gl.constexpr = BLOCK_K // 128
     TB4: gl.constexpr = 4 if FMT == 3 else 2  # a B word's share of a slot (mxfp6 half)

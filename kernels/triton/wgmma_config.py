@@ -62,6 +62,10 @@ class WgmmaConfig:
                 not (self.maxnreg == 0 or 64 <= self.maxnreg <= 255):
             raise ValueError(f"WgmmaConfig: sub_k={self.sub_k} (1 or 2), rep={self.rep} (1 or 2), "
                              f"maxnreg={self.maxnreg} (0, or 64..255 registers a thread)")
+        if self.ws and self.stages % 2:
+            raise ValueError(f"WgmmaConfig: ws=True needs an even number of stages (got "
+                             f"{self.stages}): each consumer owns every other ring slot, so it "
+                             "sees every phase of its slots' barriers")
         if self.ws and (self.warps != 4 or self.rep != 1 or self.sub_k != 1 or self.fuse_act
                         or not self.tma_x):
             raise ValueError(f"WgmmaConfig: ws=True runs two 4-warp consumers of 64 rows with x by "

@@ -41,6 +41,9 @@ def ws_config(**kw) -> lw.WgmmaConfig:
 
 def test_ws_configs_need_two_4_warp_consumers_and_tma() -> None:
     ws_config()  # fine
+    with pytest.raises(ValueError, match=r"ws=True needs an even number of stages \(got 3\): "
+                                         r"each consumer owns every other ring slot"):
+        ws_config(stages=3)
     for bad in (dict(warps=8), dict(rep=2), dict(sub_k=2), dict(fuse_act=True),
                 dict(tma_x=False)):
         with pytest.raises(ValueError, match=r"ws=True runs two 4-warp consumers of 64 rows "
@@ -186,8 +189,8 @@ COMPILE_CASES = [
     dict(BLOCK_M=16, BLOCK_K=128, STAGES=4, FMT=0, SPLIT=1, HAS_BIAS=False),
     dict(BLOCK_M=128, BLOCK_K=128, STAGES=4, FMT=0, SPLIT=2, HAS_BIAS=True),
     dict(BLOCK_M=8, BLOCK_K=256, STAGES=6, FMT=1, SPLIT=2, HAS_BIAS=False),
-    dict(BLOCK_M=32, BLOCK_K=256, STAGES=3, FMT=2, SPLIT=1, HAS_BIAS=True),
-    dict(BLOCK_M=64, BLOCK_K=128, STAGES=3, FMT=3, SPLIT=1, HAS_BIAS=False)]
+    dict(BLOCK_M=32, BLOCK_K=256, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=True),
+    dict(BLOCK_M=64, BLOCK_K=128, STAGES=4, FMT=3, SPLIT=1, HAS_BIAS=False)]
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +251,9 @@ def test_warp_specialized_matches_the_reference(fmt: str, monkeypatch) -> None:
     """Close to reference-emulation and to the one-partition kernel of the same tile (the two
     consumers' sums are added once: another fp32 order), bit for bit the same on a repeat;
     M 1..128 (rows past M zero-filled by the copy), N tails, K tails (2880), split-K 1..4 with
-    slices of one tile (the second consumer sums nothing), 2..6 stages, bias, specials."""
+    slices of one tile (the second consumer sums nothing), 2..6 stages, bias, specials.
+    (Odd stages are refused: a slot shared by both consumers let one pass a parity wait a
+    phase early: an unspecified launch failure on the H200, 2026-12-03.)"""
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
     for n, k in ((200, 1024), (72, 2880)):
         gen = torch.Generator().manual_seed(n + k + len(fmt))
@@ -256,9 +261,9 @@ def test_warp_specialized_matches_the_reference(fmt: str, monkeypatch) -> None:
                                   SchemeContract(weight=key(fmt), activation=None))
         bias = torch.randn(n, generator=gen).cuda()
         for m, block_m, block_k, split, stages in (
-                (1, 8, 256, 4, 6), (1, 16, 128, 1, 4), (16, 16, 128, 2, 3), (40, 64, 256, 1, 2),
-                (64, 64, 128, 3, 4), (100, 128, 128, 2, 3), (128, 128, 128, 1, 4),
-                (3, 8, 128, 8, 2)):
+                (1, 8, 256, 4, 6), (1, 16, 128, 1, 4), (16, 16, 128, 2, 2), (40, 64, 256, 1, 2),
+                (64, 64, 128, 3, 4), (100, 128, 128, 2, 2), (128, 128, 128, 1, 4),
+                (3, 16, 128, 8, 2)):
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
             x[0, :32] = 0.0
             x[0, 32:64] = 2.0 ** -130
