@@ -14,7 +14,7 @@ Measured on N x K = 8192 x 8192, 28672 x 8192 and 8192 x 28672; a row's shape cl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from kernels.triton.linear_decode import GPU_FMA_CONFIG_8BIT, DecodeConfig
 from kernels.triton.linear_gemv import GemvConfig
@@ -55,6 +55,21 @@ _WGMMA_1 = WgmmaConfig(block_m=8, block_k=256, split=2, stages=3)
 #          (2026-12-02, part 8).
 _WIDE_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=2, warps=8, maxnreg=128,
                         tma_x=True)
+# Warp-specialized (ws: a TMA loader warp, two consumer warpgroups on alternate K tiles, no
+# split-K), H200 2026-12-03 13:25 / 13:31 UTC (tune_linear --wgmma-specs, docs/benchmarks.md
+# part 13), graph us against the table's row before them, same run; 8192^2 / 28672 x 8192 /
+# 8192 x 28672:
+#   mxfp4  M = 64  64x256 st4  21.3 / 80.8 / 66.0   (28.0 / 81.2 / 76.5)
+#          M = 128 128x128 st4 31.4-33.4 / 121.3-124.5 / 104.3   (39.4-40.0 / 108.5-109.1 / 108.6)
+#   mxfp6 e3m2 M = 64 25.7 / 91.8 / 80.5 (30.7 / 102.1 / 91.1); M = 128 36.9 / 141.3 / 123.4
+#          (48.9 / 125.5 / 127.6)
+#   mxfp8 e4m3 M = 64 25.5 / 92.7 / 79.6 (31.3 / 91.0 / 81.2); M = 128 36.5 / 139.5 / 114.0
+#          (50.7 / 110.1 / 135.9)
+# On N = 28672 (448 programs of 64 rows, one CTA an SM: 3.4 waves) the wide rows stay first.
+# M <= 16 it loses or ties (mxfp4 M = 1 17.9 against 16.5; M = 16 18.3 against 18.8, 59.5
+# against 51.1 on 28672 x 8192). Passed over while `linear_wgmma.WS_VERIFIED` is off.
+_WS_64 = WgmmaConfig(block_m=64, block_k=256, split=1, stages=4, tma_x=True, ws=True)
+_WS_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=4, tma_x=True, ws=True)
 TABLE: tuple[Choice, ...] = (
     # mxfp4 on sm_90, bf16 x and output: the Gluon wgmma kernel, block_m = M's bucket (H200
     # 2026-12-01, .scratch/gpu_wg2.py, graph, cold weights; N x K = 8192^2 / 28672 x 8192 /
@@ -80,6 +95,7 @@ TABLE: tuple[Choice, ...] = (
     # same config loses (0.66 / 0.70x against 1.31 / 1.52x: 64 programs for 132 SMs)
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=4, warps=8,
                                            tma_x=True), n_min=16384),
+    Choice("fp4", 64, "wgmma", _WS_64),
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=4, stages=2, rep=2),
            k_min=16384),
     Choice("fp4", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3,
@@ -98,6 +114,7 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2, rep=2,
                                             tma_x=True), k_min=2880, experts=True),
     Choice("fp4", 128, "wgmma", _WIDE_128, n_min=16384),
+    Choice("fp4", 128, "wgmma", _WS_128),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
                                             max_tiles=256, tma_x=True)),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
@@ -123,12 +140,14 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp8", 32, "wgmma", WgmmaConfig(block_m=32, block_k=256, split=2, stages=3)),
     Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8),
            n_min=16384),
+    Choice("fp8", 64, "wgmma", _WS_64),
     # long K (rep 2, 04:58 UTC, 8192 x 28672): M = 64 79.5 against 97.6 us, M = 128 (in halves)
     # 146.1 against 154.9 us
     Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=4, stages=3, rep=2),
            k_min=16384),
     Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3)),
     Choice("fp8", 128, "wgmma", _WIDE_128, n_min=16384),  # 131.1 against 153.8 us (04:31)
+    Choice("fp8", 128, "wgmma", _WS_128),
     Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=4, stages=2, rep=2,
                                             sub_k=2), k_min=16384),
     Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3, warps=8,
@@ -166,6 +185,7 @@ TABLE: tuple[Choice, ...] = (
     # 28672 x 8192 (on N = 8192 it loses: 0.56-0.59x); M = 128, split-K only up to 128 tiles
     # (on: N = 8192; off: 28672): 54.9 / 176.4 / 156.7 | 54.7 / 173.3 / 155.3 against
     # 54.8 / 212.9 / 179.7 | 55.2 / 209.2 / 176.6
+    Choice("other", 64, "wgmma", _WS_64),  # (ws: above; it wins on wide layers too)
     Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3,
                                              warps=8), n_min=16384),
     Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=4, stages=3, rep=2),
@@ -173,6 +193,7 @@ TABLE: tuple[Choice, ...] = (
     Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3,
                                              sub_k=2)),
     Choice("other", 128, "wgmma", _WIDE_128, n_min=16384),
+    Choice("other", 128, "wgmma", _WS_128),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2,
                                               sub_k=2, tma_x=True), n_min=8192),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)),
@@ -197,17 +218,32 @@ def weight_family(consts: dict) -> str:
     return "other"
 
 
+def _never(config: object) -> bool:
+    return False
+
+
+def _serves(row: Choice, family: str, n: int, k: int, experts: bool,
+            passed_over: Callable[[object], bool]) -> bool:
+    """Whether a row serves a layer of the family and shape: its shape class; experts-only rows
+    for MoE experts only, warp-specialized ones (`WgmmaConfig.ws`) for dense layers only; and
+    not a row the caller passes over (a part of its config still gated off)."""
+    return (row.family == family and n >= row.n_min and k >= row.k_min
+            and (not row.experts if not experts else not getattr(row.config, "ws", False))
+            and not passed_over(row.config))
+
+
 def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *,
-           n: int, k: int, experts: bool = False) -> Optional[Choice]:
-    """The first row of the family that takes M rows and an N x K layer whose strategy is
-    not in `skip` (with the interpreter's config
+           n: int, k: int, experts: bool = False,
+           passed_over: Callable[[object], bool] = _never) -> Optional[Choice]:
+    """The first row of the family that takes M rows and an N x K layer (`_serves`) whose
+    strategy is not in `skip` (with the interpreter's config
     under TRITON_INTERPRET=1, where Gluon's wgmma rows are skipped: Gluon does not interpret),
     or None past the table's M ranges (the caller's large-M strategy)."""
     if interpreted:
         skip = (*skip, "wgmma")
     for row in TABLE:
-        if row.family == family and m <= row.m_max and n >= row.n_min and k >= row.k_min \
-                and (experts or not row.experts) and row.strategy not in skip:
+        if m <= row.m_max and _serves(row, family, n, k, experts, passed_over) \
+                and row.strategy not in skip:
             if interpreted:
                 cfg = {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(
                     row.strategy, INTERPRETER_DECODE)
@@ -217,7 +253,8 @@ def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *
 
 
 def config_for(strategy: str, family: str, m: int, interpreted: bool, *, n: int,
-               k: int, experts: bool = False) -> object:
+               k: int, experts: bool = False,
+               passed_over: Callable[[object], bool] = _never) -> object:
     """A strategy's config where the table did not pick it (a forced strategy without a config,
     or gemv falling back to mma): the first row of that strategy and family that takes M rows
     and an N x K layer,
@@ -225,8 +262,8 @@ def config_for(strategy: str, family: str, m: int, interpreted: bool, *, n: int,
     if interpreted:
         return {"mma": INTERPRETER_MMA, "gemv": INTERPRETER_GEMV}.get(strategy,
                                                                       INTERPRETER_DECODE)
-    rows = [r for r in TABLE if r.strategy == strategy and r.family == family and
-            n >= r.n_min and k >= r.k_min and (experts or not r.experts)]
+    rows = [r for r in TABLE if r.strategy == strategy and
+            _serves(r, family, n, k, experts, passed_over)]
     row = next((r for r in rows if m <= r.m_max), rows[-1] if rows else None)
     if row is not None:
         return row.config

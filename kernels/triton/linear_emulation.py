@@ -101,10 +101,10 @@ def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Ten
                  on_gpu: bool, consts: dict, skip: tuple[str, ...] = (), *,
                  n: int, k: int) -> tuple[str, object]:
     """(strategy, config) that runs M activation rows — all give the same numerics: the row of
-    linear_configs.TABLE that matches (strategies in `skip` passed over), else dequant-gemm
-    (bf16 on a GPU) or tiled."""
+    linear_configs.TABLE that matches (strategies in `skip` and rows still gated off passed
+    over), else dequant-gemm (bf16 on a GPU) or tiled."""
     row = linear_configs.choose(linear_configs.weight_family(consts), m, not on_gpu, skip, n=n,
-                                k=k)
+                                k=k, passed_over=linear_wgmma.passed_over)
     if row is not None:
         return row.strategy, row.config
     if on_gpu and x_dtype == out_dtype == torch.bfloat16 and (
@@ -148,7 +148,8 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
         raise ValueError(f"{_NAME}: strategy 'gemv' runs one activation row, not M={m}")
     family = linear_configs.weight_family(consts)
     if strategy == "wgmma":
-        cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED, n=n, k=k)
+        cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED, n=n, k=k,
+                                                  passed_over=linear_wgmma.passed_over)
         if table:
             cfg = linear_wgmma.table_config(cfg)
         rows = linear_configs.m_bucket(m)

@@ -272,11 +272,16 @@ def table_config(cfg: object) -> object:
     it still gated off (tma_x) runs as the same config without it (what ran before the part
     was written); a caller's own config is refused instead (`unavailable`). Other configs (the
     interpreter's stand-in) as they are."""
-    if isinstance(cfg, WgmmaConfig) and cfg.ws and not WS_VERIFIED:
-        cfg = dataclasses.replace(cfg, ws=False)
     if isinstance(cfg, WgmmaConfig) and cfg.tma_x and not TMA_X_VERIFIED:
         return dataclasses.replace(cfg, tma_x=False)
     return cfg
+
+
+def passed_over(cfg: object) -> bool:
+    """Whether the table passes a row over (the next row that serves the layer runs): a
+    warp-specialized row while ws is gated off — the same config without ws is another kernel
+    with another speed, not what ran before (unlike tma_x: `table_config`)."""
+    return isinstance(cfg, WgmmaConfig) and cfg.ws and not WS_VERIFIED
 
 
 def gated(cfg: WgmmaConfig) -> Optional[str]:
@@ -368,4 +373,5 @@ _PER_CALL = (0, 5, 11, 16, 17)
 
 
 __all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows",
-           "gated", "run_wgmma", "table_config", "unavailable", "weight_format", "wgmma_plan"]
+           "gated", "passed_over", "run_wgmma", "table_config", "unavailable", "weight_format",
+           "wgmma_plan"]

@@ -51,14 +51,30 @@ def test_ws_configs_need_two_4_warp_consumers_and_tma() -> None:
             ws_config(**bad)
 
 
-def test_a_gated_ws_row_runs_without_it_and_a_callers_is_refused(monkeypatch) -> None:
+def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> None:
+    """While ws is gated off the table's ws rows are passed over (the next row that serves the
+    layer runs: what ran before they were added), a caller's ws config is refused with the
+    reason; MoE experts never take a ws row (dense only)."""
+    from kernels.triton import linear_configs as lc
+
     monkeypatch.setattr(lw, "WS_VERIFIED", False)
     cfg = ws_config()
-    assert lw.table_config(cfg) == dataclasses.replace(cfg, ws=False)
+    assert lw.passed_over(cfg) and lw.table_config(cfg) == cfg
     assert lw.gated(cfg) == ("ws (warp-specialized: a TMA loader warp, two consumers): "
                              "written, not yet verified on a GPU")
+    ws_rows = [r for r in lc.TABLE if getattr(r.config, "ws", False)]
+    assert ws_rows
+    for row in ws_rows:
+        m, n = row.m_max, max(row.n_min, 8192)
+        off = lc.choose(row.family, m, False, n=n, k=8192, passed_over=lw.passed_over)
+        assert not off.config.ws and off.strategy == "wgmma", row
+        assert not lc.config_for("wgmma", row.family, m, False, n=n, k=8192,
+                                 experts=True).ws
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    assert lw.table_config(cfg) == cfg and lw.gated(cfg) is None
+    assert not lw.passed_over(cfg) and lw.gated(cfg) is None
+    for row in ws_rows:
+        on = lc.choose(row.family, row.m_max, False, n=8192, k=8192, passed_over=lw.passed_over)
+        assert on.config.ws, row  # the rows serve N = 8192 (no wide-layer class)
 
 
 @pytest.mark.parametrize("block_k", (128, 256))

@@ -92,9 +92,13 @@ def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
     dense = linear_configs.config_for("wgmma", "fp4", 128, False, n=2048, k=7168)
     moe = moe_wgmma.config_for(4096, 8, "mxfp4", 2048, 7168)
     assert moe.rep == 2 and dense.rep == 1 and moe != dense
-    # ... within its shape class: short K (E = 8 x 2048^2) takes the dense rows
-    assert moe_wgmma.config_for(4096, 8, "mxfp4", 2048, 2048) == linear_configs.config_for(
-        "wgmma", "fp4", 128, False, n=2048, k=2048)
+    # ... within its shape class: short K (E = 8 x 2048^2) takes the dense rows, all but the
+    # warp-specialized ones (dense layers only: the experts' launch has no ws kernel)
+    short = moe_wgmma.config_for(4096, 8, "mxfp4", 2048, 2048)
+    assert short == linear_configs.config_for("wgmma", "fp4", 128, False, n=2048, k=2048,
+                                              passed_over=lambda c: c.ws)
+    assert not short.ws and linear_configs.config_for("wgmma", "fp4", 128, False, n=2048,
+                                                      k=2048).ws
     assert all(not r.experts for r in linear_configs.TABLE if r.family != "fp4")
 
 
