@@ -66,8 +66,11 @@ _WIDE_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=2, warps=8, ma
 #   mxfp8 e4m3 M = 64 25.5 / 92.7 / 79.6 (31.3 / 91.0 / 81.2); M = 128 36.5 / 139.5 / 114.0
 #          (50.7 / 110.1 / 135.9)
 # On N = 28672 (448 programs of 64 rows, one CTA an SM: 3.4 waves) the wide rows stay first.
-# M <= 16 it loses or ties (mxfp4 M = 1 17.9 against 16.5; M = 16 18.3 against 18.8, 59.5
-# against 51.1 on 28672 x 8192). Passed over while `linear_wgmma.WS_VERIFIED` is off.
+# M = 1 it loses (mxfp4 8x256 st6 17.9 against 16.5 us; 8x512 not yet measured); M = 16 / 32
+# with long K tiles (512 / 256) it wins on N = 8192 (the rows there). Passed over while
+# `linear_wgmma.WS_VERIFIED` is off.
+_M16 = WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)
+_M32 = WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)
 _WS_64 = WgmmaConfig(block_m=64, block_k=256, split=1, stages=4, tma_x=True, ws=True)
 _WS_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=4, tma_x=True, ws=True)
 TABLE: tuple[Choice, ...] = (
@@ -80,7 +83,13 @@ TABLE: tuple[Choice, ...] = (
     # Where it does not apply (another GPU, fp16 / fp32 x or output, a scale byte past 128, K
     # not a multiple of its K tile) the next row of the family that takes M runs.
     Choice("fp4", 1, "wgmma", _WGMMA_1),
-    Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
+    # ws at M = 16 / 32 (13:37 UTC run, mxfp4): 16x512 st4 16.6 / 53.4 / 42.9 us against
+    # 18.8 / 51.6 / 50.3; 32x256 st6 18.6 / 62.1 / 51.4 against 21.2 / 60.5 / 51.3 (the rep
+    # row): both lose on N = 28672, which keeps the rows it had (n_min)
+    Choice("fp4", 16, "wgmma", _M16, n_min=16384),
+    Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=512, split=1, stages=4,
+                                           tma_x=True, ws=True)),
+    Choice("fp4", 16, "wgmma", _M16),  # (N < 16384 while ws is passed over)
     # M = 32: block_k 128 / 4 stages, 21.1 / 64.8 us against 256 / 3's 22.8 / 70.1 (H200
     # 2026-12-01 22:50 UTC sweep, .scratch/gpu_sweep.py; deeper pipelines won nowhere)
     # M = 32 / 64 on long K (K >= 16384): 128 weight rows a warpgroup (rep 2, split-K 4),
@@ -89,7 +98,10 @@ TABLE: tuple[Choice, ...] = (
     # 61.3 at M = 32 on the other shapes)
     Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=4, stages=3, rep=2),
            k_min=16384),
-    Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)),
+    Choice("fp4", 32, "wgmma", _M32, n_min=16384),
+    Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=256, split=1, stages=6,
+                                           tma_x=True, ws=True)),
+    Choice("fp4", 32, "wgmma", _M32),
     # M = 64 on wide layers (N >= 16384): two warpgroups without split-K, 81.1 us against
     # 89.3 on 28672 x 8192 (H200 2026-12-02 02:55 UTC, tools/gpu_sweeps.sh); on N = 8192 the
     # same config loses (0.66 / 0.70x against 1.31 / 1.52x: 64 programs for 132 SMs)

@@ -287,7 +287,11 @@ def test_strategy_choice_and_refusals() -> None:
     # a strategy the table did not pick for this M still gets a measured config on a GPU
     assert lc.config_for("mma", "fp4", 1, False, n=8192, k=8192) == row("mma", "fp4", 16)  # M <= 16
     assert lc.config_for("gemv", "fp4", 1, False, n=8192, k=8192) == row("gemv", "fp4", 1)
-    assert lc.config_for("wgmma", "fp4", 9, False, n=8192, k=8192) == row("wgmma", "fp4", 16)
+    assert lc.config_for("wgmma", "fp4", 9, False, n=28672, k=8192) == row("wgmma", "fp4", 16)
+    # (N = 8192: the warp-specialized row, or, passed over while gated, the row after it)
+    ws, after = lc.config_for("wgmma", "fp4", 9, False, n=8192, k=8192), lc.config_for(
+        "wgmma", "fp4", 9, False, n=8192, k=8192, passed_over=lambda c: c.ws)
+    assert ws.ws and not after.ws and after == row("wgmma", "fp4", 16)
     assert lc.config_for("mma", "other", 500, False, n=8192, k=8192) == lc.TABLE[-1].config  # last row
     assert lc.config_for("mma", "fp8", 1, True, n=8192, k=8192) == lc.INTERPRETER_MMA
     assert lc.config_for("gemv", "other", 1, False, n=8192, k=8192) == row("gemv", "fp4", 1)  # none there

@@ -206,7 +206,8 @@ COMPILE_CASES = [
     dict(BLOCK_M=128, BLOCK_K=128, STAGES=4, FMT=0, SPLIT=2, HAS_BIAS=True),
     dict(BLOCK_M=8, BLOCK_K=256, STAGES=6, FMT=1, SPLIT=2, HAS_BIAS=False),
     dict(BLOCK_M=32, BLOCK_K=256, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=True),
-    dict(BLOCK_M=64, BLOCK_K=128, STAGES=4, FMT=3, SPLIT=1, HAS_BIAS=False)]
+    dict(BLOCK_M=64, BLOCK_K=128, STAGES=4, FMT=3, SPLIT=1, HAS_BIAS=False),
+    dict(BLOCK_M=16, BLOCK_K=512, STAGES=4, FMT=0, SPLIT=1, HAS_BIAS=False)]
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +280,7 @@ def test_warp_specialized_matches_the_reference(fmt: str, monkeypatch) -> None:
         for m, block_m, block_k, split, stages in (
                 (1, 8, 256, 4, 6), (1, 16, 128, 1, 4), (16, 16, 128, 2, 2), (40, 64, 256, 1, 2),
                 (64, 64, 128, 3, 4), (100, 128, 128, 2, 2), (128, 128, 128, 1, 4),
-                (3, 16, 128, 8, 2)):
+                (3, 16, 128, 8, 2), (9, 16, 512, 1, 4), (20, 32, 256, 1, 6)):
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
             x[0, :32] = 0.0
             x[0, 32:64] = 2.0 ** -130
