@@ -20,11 +20,13 @@ At M = 128 ncu put 25 % of the samples on the loop top (copies, barriers), 23 % 
   which adds it (even tiles + odd tiles: a fixed order, deterministic) and finishes the tile as
   the one-partition kernel does (wgmma_tiles.finish_tile: bias, bf16 store, or split-K).
 
-The kernel takes the one-partition kernel's parameters (so run_wgmma and its `launcher.Bound`
-serve both): the weight operands are TMA descriptors (`ws_descriptors`), x a descriptor as with
-`tma_x`; the parameters it has no use for (grouped rows, fused QDQ, K halves, rep) must be off
-(`WgmmaConfig` refuses them with ws). Gated (`linear_wgmma.WS_VERIFIED`) until its GPU test
-passed in a whole-suite run; CPU CI compiles it for sm_90a (the copies, mbarriers, setmaxnreg).
+The kernel takes the one-partition kernel's parameters (so run_wgmma and its `launcher.Bound`,
+and moe_wgmma's launch, serve both): the weight operands are TMA descriptors
+(`ws_descriptors`), x a descriptor as with `tma_x`; GROUPED runs MoE experts off the same tile
+table; the parts it has no use for (fused QDQ, K halves, rep, two warpgroups) must be off
+(`WgmmaConfig` refuses them with ws). Gated (`linear_wgmma.WS_VERIFIED`) until its GPU tests
+passed in a whole-suite run; CPU CI compiles it for sm_90a (the copies, the bytes each slot
+expects, setmaxnreg, no spills) and checks the descriptors and the launches.
 """
 from __future__ import annotations
 
@@ -87,17 +89,30 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                       X_TMA: gl.constexpr = True):
     """x_ptr: TMA descriptor of x [M, K] ([BLOCK_M, BLOCK_K] boxes); w_ptr / b_ptr / s_ptr:
     `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
-    consumer; the second and the loader are warp_specialize's workers)."""
-    gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA and not GROUPED)
+    consumer; the second and the loader are warp_specialize's workers). GROUPED (MoE experts,
+    moe_wgmma): the one-partition kernel's tile table and operands (x the rows in expert
+    order; the descriptors span every expert, stride_we words an expert)."""
+    gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
     gl.static_assert(len(ACT) == 0 and STAGES % 2 == 0)  # (even: WgmmaConfig says why)
     G: gl.constexpr = 4  # 16-row groups: one warpgroup's 64 rows
     NBH: gl.constexpr = BLOCK_K // 128
     TB4: gl.constexpr = 4 if FMT == 3 else 2  # a B word's share of a slot (mxfp6 half)
-    pid_n = gl.program_id(0)
-    row0 = gl.program_id(1) * BLOCK_M
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
+    tile0 = gl.program_id(0) * ktiles  # the program's first K tile in the weight's layout
+    row0 = gl.program_id(1) * BLOCK_M
+    rows_left = M - row0
+    if GROUPED:  # the tile table as the one-partition kernel's (linear_wgmma); a slot past the
+        slots = gl.num_programs(1)  # last tile runs no K tile and stores nothing (no early
+        e = gl.load(grp_ptr + gl.program_id(1))  # return: the partitions are not forked yet)
+        live = e < E
+        e = gl.minimum(e, E - 1)
+        m_tile = gl.load(grp_ptr + slots + gl.program_id(1))
+        row0 = gl.load(grp_ptr + 2 * slots + e) + m_tile * BLOCK_M
+        rows_left = gl.where(live, gl.load(grp_ptr + 2 * slots + E + e) - m_tile * BLOCK_M, 0)
+        k_hi = gl.where(live, k_hi, k_lo)
+        tile0 += e * (stride_we // (8 * BLOCK_K))  # an expert's words: whole 64-row tiles
     WSL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # the flat order
     SSL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0])
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WSL)
@@ -117,12 +132,13 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     fence_async_shared()  # the inits before any TMA copy completes on them
     gl.warp_specialize([
         (_first_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
-                           bias_ptr, out_ptr, part_ptr, lock_ptr, row0, M - row0, N, stride_o,
-                           k_lo, k_hi, HAS_BIAS, SPLIT, BLOCK_M, BLOCK_K, STAGES, FMT)),
+                           bias_ptr, out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0,
+                           rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT, BLOCK_M,
+                           BLOCK_K, STAGES, FMT)),
         (_second_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
                             k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
         (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full, empty,
-                   row0, pid_n * ktiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
+                   row0, tile0, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
     ], [4, 1], [WREGS, LOADER_REGS])
 
 
@@ -180,9 +196,10 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
 
 @gluon.jit
 def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar, bias_ptr,
-                    out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, k_lo, k_hi,
-                    HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCK_M: gl.constexpr,
-                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr):
+                    out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0, rows_left, N, stride_o,
+                    k_lo, k_hi, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr,
+                    SPLIT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+                    STAGES: gl.constexpr, FMT: gl.constexpr):
     """The default partition: the even tiles, then + the second consumer's sum, and the tile's
     output (bias / store / split-K, as the one-partition kernel)."""
     acc = _consume(0, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
@@ -192,7 +209,7 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
     mbarrier.wait(red_bar, 0)
     acc = acc + red_smem.load(MMA)
     finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
-                lock_ptr, bias_ptr, HAS_BIAS, False, SPLIT, 64, BLOCK_M, MMA)
+                dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M, MMA)
 
 
 @gluon.jit

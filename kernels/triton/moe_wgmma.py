@@ -7,7 +7,9 @@ experts' layout is then padded to 128-row tiles) once `linear_wgmma.WARPS_VERIFI
 Why: the grouped Triton kernel (moe_grouped.py) decodes every weight element with the generic
 exact decode and stages it through shared memory, while the experts hold most of an MoE model's
 bytes; the dense wgmma kernel reads packed mxfp4 at 2-2.6x bf16 at small M (docs/benchmarks.md).
-Here each (expert, M tile) of the routing's tile table is one of that kernel's tiles.
+Here each (expert, M tile) of the routing's tile table is one of that kernel's tiles (or of
+its warp-specialized twin, linear_wgmma_ws, for a config with `ws`: the weight by TMA
+descriptors of every expert's layout, built once per layout).
 
 Host (no device sync: CUDA-graph capturable): the rows are sorted by expert as in moe_grouped
 (moe_routing.sort_rows, one launch: the same stable order and packed tile table), then gathered;
@@ -41,6 +43,7 @@ from kernels.triton.linear_decode import checked_once, fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
                                          _wgmma_linear_kernel, copyable_rows)
+from kernels.triton.linear_wgmma_ws import _ws_linear_kernel, ws_descriptors
 from kernels.triton.wgmma_tiles import x_descriptor
 from kernels.triton.moe_routing import combine, sort_rows
 
@@ -110,8 +113,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
     cfg = cfg or linear_wgmma.table_config(config_for(rows, num_experts, weight.fmt, n, k))
-    why = linear_wgmma.gated(cfg) or ("ws (warp-specialized): dense layers only" if cfg.ws
-                                       else None)
+    why = linear_wgmma.gated(cfg)
     if why:
         raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "
                          "rep 1, tma_x False, ws False), or none: the table's")
@@ -142,10 +144,14 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
                            if split > 1 else 1, x.device)
     key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k, weight.fmt)),
            launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
-    launcher.launch(_wgmma_linear_kernel, key, (grid_n, slots, split),
+    operands = (words, bwords, sbytes)
+    if cfg.ws:  # the weight by TMA: descriptors of every expert's layout, built once
+        operands = cached.get((lkey, "ws")) or cached.setdefault((lkey, "ws"), ws_descriptors(
+            words, None if bwords is words else bwords, sbytes, cfg.block_k))
+    launcher.launch(_ws_linear_kernel if cfg.ws else _wgmma_linear_kernel, key,
+                    (grid_n, slots, split),
                     (x_descriptor(x_sorted, cfg.block_m, cfg.block_k) if cfg.tma_x else x_sorted,
-                     words, bwords, sbytes, lock, weighted, part, lock, grp, dest,
-                     rw_sorted,
+                     *operands, lock, weighted, part, lock, grp, dest, rw_sorted,
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
                      cfg.warps, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt), (),

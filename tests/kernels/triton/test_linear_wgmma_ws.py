@@ -157,6 +157,25 @@ def test_a_ws_plan_launches_the_ws_kernel_with_descriptors(monkeypatch) -> None:
     assert not general and got["x_ptr"].base.data_ptr() == x.data_ptr() and got["M"] == 50
     assert all(got[p] is first[p] for p in ("w_ptr", "b_ptr", "s_ptr"))
 
+    # MoE experts: the same kernel, GROUPED, descriptors of every expert's layout (built once)
+    from kernels.mx import MXTensor
+    from kernels.triton import moe_routing, moe_wgmma
+    w = fp4_weight(n, k, gen)
+    ex = MXTensor(w.data.reshape(2, n // 2, -1), w.scales.reshape(2, n // 2, -1), "mxfp4",
+                  "even", torch.Size((2, n // 2, k)), w.layout)
+    monkeypatch.setattr(moe_wgmma, "sort_rows", moe_routing.sort_rows_torch)
+    monkeypatch.setattr(moe_wgmma, "combine", lambda rows, dtype: rows.sum(1))
+    ids = torch.randint(0, 2, (30, 1), generator=gen)
+    cached: dict = {}
+    for _ in range(2):
+        moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
+                                        torch.ones(30, 1), torch.float32, cached, cfg)
+    (fn, warps, grid, one), (_, _, _, two) = general[-2:]
+    assert fn is ws._ws_linear_kernel and warps == 4 and one["GROUPED"] and grid[2] == 2
+    assert isinstance(one["w_ptr"], TensorDescriptor) and one["w_ptr"] is two["w_ptr"]
+    assert one["stride_we"] * 2 == one["w_ptr"].base.numel()  # an expert's words
+    assert list(one["s_ptr"].block_shape) == [1, ws.ROW]
+
 
 _COMPILE = """
 import json, re, sys
@@ -171,7 +190,8 @@ found = []
 for c in json.loads(sys.stdin.read()):
     consts = dict(HAS_BIAS=c["HAS_BIAS"], SPLIT=c["SPLIT"], BLOCK_M=c["BLOCK_M"],
                   BLOCK_K=c["BLOCK_K"], STAGES=c["STAGES"], WARPS=4, K_TAIL=False,
-                  GROUPED=False, FMT=c["FMT"], ACT=(), SUB_K=1, REP=1, X_TMA=True)
+                  GROUPED=c.get("GROUPED", False), FMT=c["FMT"], ACT=(), SUB_K=1, REP=1,
+                  X_TMA=True)
     wr = 8 * c["BLOCK_K"] // 256
     br = wr if c["FMT"] in (0, 3) else wr // 2
     w_flat, s_flat = ws.W_FLAT.value, ws.S_FLAT.value
@@ -179,7 +199,8 @@ for c in json.loads(sys.stdin.read()):
             "w_ptr": f"tensordesc<i32[{wr}, 256],{w_flat!r}>",
             "b_ptr": f"tensordesc<i32[{br}, 256],{w_flat!r}>",
             "s_ptr": f"tensordesc<u8[{2 * c['BLOCK_K'] // 256}, 256],{s_flat!r}>",
-            "bias_ptr": "*fp32", "out_ptr": "*bf16", "part_ptr": "*fp32", "lock_ptr": "*i32",
+            "bias_ptr": "*fp32", "out_ptr": "*fp32" if c.get("GROUPED") else "*bf16",
+            "part_ptr": "*fp32", "lock_ptr": "*i32",
             "grp_ptr": "*i32", "dest_ptr": "*i32", "rw_ptr": "*fp32"}
     by16 = {"K", "stride_x", "stride_o", "stride_we", "stride_se"}
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
@@ -207,7 +228,9 @@ COMPILE_CASES = [
     dict(BLOCK_M=8, BLOCK_K=256, STAGES=6, FMT=1, SPLIT=2, HAS_BIAS=False),
     dict(BLOCK_M=32, BLOCK_K=256, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=True),
     dict(BLOCK_M=64, BLOCK_K=128, STAGES=4, FMT=3, SPLIT=1, HAS_BIAS=False),
-    dict(BLOCK_M=16, BLOCK_K=512, STAGES=4, FMT=0, SPLIT=1, HAS_BIAS=False)]
+    dict(BLOCK_M=16, BLOCK_K=512, STAGES=4, FMT=0, SPLIT=1, HAS_BIAS=False),
+    dict(BLOCK_M=128, BLOCK_K=128, STAGES=4, FMT=0, SPLIT=2, HAS_BIAS=False, GROUPED=True),
+    dict(BLOCK_M=64, BLOCK_K=256, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False, GROUPED=True)]
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +269,7 @@ def test_the_ws_kernel_compiles_for_sm90(index: int, compiled_cases: list) -> No
     assert found["expect"] == [c["BLOCK_M"] * c["BLOCK_K"] * 2 + 4 * (tw + tb) + 2 * c["BLOCK_K"]]
     assert {40, 232} <= set(found["setmaxnreg"])
     assert found[r"ld\.local"] == 0 and found[r"st\.local"] == 0
-    assert found[r"st\.shared"] <= c["BLOCK_M"] // 4 + 4
+    assert found[r"st\.shared"] <= c["BLOCK_M"] // 4 + 8  # (a decoded tile: 8 more a 128 K)
 
 
 # ------------------------------------------------------------------------------- GPU: the kernel

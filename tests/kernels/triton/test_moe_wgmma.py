@@ -289,3 +289,27 @@ def test_x_by_tma_experts_match_the_reference(fmt: str, monkeypatch) -> None:
             assert torch.equal(got.view(torch.int32), base.view(torch.int32)), (
                 w.shape, block_m, split, a)
             assert rel_err(got, want) <= 1e-5, (w.shape, block_m, split, a)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2"))
+def test_warp_specialized_experts_match_the_reference(fmt: str, monkeypatch) -> None:
+    """ws on the experts' tile table (linear_wgmma_ws, GROUPED): slots past the last tile run
+    no K tile and store nothing; an M tile's rows past its expert's reach only columns never
+    stored; close to the reference and to the one-partition kernel (another fp32 order: the
+    two consumers' sums), bit-identical on repeat; W*A16 and W*A*, block_m 16 / 64 / 128,
+    split 1 / 2, 2 / 4 stages, block_k 128 / 256, N and K tails, NaN blocks."""
+    monkeypatch.setattr(linear_wgmma, "WS_VERIFIED", True)
+    monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
+    for x, w, ids, rw, a, want in many_tile_cases(fmt, salt=5):
+        for block_m, block_k, split, stages in ((16, 128, 2, 4), (64, 256, 1, 2),
+                                                (128, 128, 1, 4), (128, 128, 2, 2)):
+            ws = linear_wgmma.WgmmaConfig(block_m, block_k, split, stages, tma_x=True, ws=True)
+            one = dataclasses.replace(ws, ws=False)
+            cached: dict = {}
+            got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached, ws)
+            again = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached, ws)
+            base = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, {}, one)
+            case = (w.shape, block_m, block_k, split, stages, a)
+            assert torch.equal(again.view(torch.int32), got.view(torch.int32)), case
+            assert rel_err(got, want) <= 1e-5 and rel_err(got, base) <= 1e-5, case
