@@ -26,6 +26,7 @@ from kernels.triton import launcher as launcher_mod
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import act_facts
 from support.linear_checks import close, reference_bf16
+from support.wgmma_launches import record_launches, two_experts
 from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight
 
 KERNEL = load_kernel("triton-emulation")
@@ -255,38 +256,16 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     names = lw._wgmma_linear_kernel.arg_names
-    general: list = []
-    bound: list = []
-
-    class Compiled:
-        function, packed_metadata = 11, ("meta",)
-
-        @staticmethod
-        def run(*a):
-            bound.append(dict(zip(names, a[9:])))
-
-    def record(fn, key_, grid, args, num_warps, num_stages, **kw):
-        if fn is lw._wgmma_linear_kernel:
-            general.append(dict(zip(names, args)))
-            return Compiled
-        return None
-
     cfg = lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=3, tma_x=True)
     monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)
-    monkeypatch.setattr(launcher_mod, "launch", record)
-    monkeypatch.setattr(launcher_mod, "current_stream", lambda device: 5)
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(lw, "unavailable", lambda *a, **k: None)
-    monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
-    monkeypatch.setattr(le, "_INTERPRETED", False)
-    monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", cfg))
+    general, bound = record_launches(monkeypatch, cfg)
     gen = torch.Generator().manual_seed(4)
     n, k = 200, 1024
     prepared = KERNEL.prepare(fp4_weight(n, k, gen), SchemeContract(weight=key("mxfp4"),
                                                                     activation=None))
     x0 = torch.randn(40, k).to(torch.bfloat16)
     fused_linear(x0, prepared)
-    first = general.pop()
+    first = general.pop()[3]
     desc = first["x_ptr"]
     assert isinstance(desc, TensorDescriptor) and first["X_TMA"] is True
     assert desc.base.data_ptr() == x0.data_ptr() and list(desc.shape) == [40, k]
@@ -295,7 +274,7 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
     for m in (33, 64, 50):  # (one M bucket: one plan)
         x = torch.randn(m, k).to(torch.bfloat16)
         fused_linear(x, prepared)
-        assert not general, general[-1]["x_ptr"]
+        assert not general, general[-1][3]["x_ptr"]
         got = bound.pop()
         assert not general and isinstance(got["x_ptr"], wgmma_tiles.XDesc)
         xd = got["x_ptr"]
@@ -308,16 +287,12 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
                 want = want.data_ptr() if isinstance(want, torch.Tensor) else want
                 assert got[name] == want, name
 
-    from kernels.triton import moe_routing, moe_wgmma
-    w = fp4_weight(n, k, gen)
-    ex = MXTensor(w.data.reshape(2, n // 2, -1), w.scales.reshape(2, n // 2, -1), "mxfp4",
-                  "even", torch.Size((2, n // 2, k)), w.layout)
-    monkeypatch.setattr(moe_wgmma, "sort_rows", moe_routing.sort_rows_torch)
-    monkeypatch.setattr(moe_wgmma, "combine", lambda rows, dtype: rows.sum(1))
+    from kernels.triton import moe_wgmma
+    ex = two_experts(fp4_weight(n, k, gen), monkeypatch)
     ids = torch.randint(0, 2, (30, 1), generator=gen)
     moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
                                     torch.ones(30, 1), torch.float32, {}, cfg)
-    args = general.pop()
+    args = general.pop()[3]
     assert args["GROUPED"] and args["X_TMA"] is True
     assert list(args["x_ptr"].shape) == [30, k] and list(args["x_ptr"].block_shape) == [64, 128]
     monkeypatch.setattr(lw, "TMA_X_VERIFIED", False)

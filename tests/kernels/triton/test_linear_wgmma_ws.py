@@ -17,14 +17,13 @@ import torch
 from kernels.base import load_kernel
 from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import fp4_words as fw
-from kernels.triton import launcher as launcher_mod
-from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
 from kernels.triton import linear_wgmma_ws as ws
 from kernels.triton.fp6_words import wgmma_layout_fp6
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16
 from support.mx_weights import e4m3_weight, fp4_weight, fp6_weight
+from support.wgmma_launches import record_launches, two_experts
 
 KERNEL = load_kernel("triton-emulation")
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -116,30 +115,10 @@ def test_a_ws_plan_launches_the_ws_kernel_with_descriptors(monkeypatch) -> None:
     the weight's and pass each call's x as an XDesc; 4 warps (the first consumer)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    names = ws._ws_linear_kernel.arg_names
-    assert names == lw._wgmma_linear_kernel.arg_names  # one launch path for both kernels
-    general, bound = [], []
-
-    class Compiled:
-        function, packed_metadata = 11, ("meta",)
-
-        @staticmethod
-        def run(*a):
-            bound.append(dict(zip(names, a[9:])))
-
-    def record(fn, key_, grid, args, num_warps, num_stages, **kw):
-        general.append((fn, num_warps, grid, dict(zip(names, args))))
-        return Compiled
-
+    assert ws._ws_linear_kernel.arg_names == lw._wgmma_linear_kernel.arg_names  # one launch path
     cfg = ws_config(split=2)
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    monkeypatch.setattr(launcher_mod, "launch", record)
-    monkeypatch.setattr(launcher_mod, "current_stream", lambda device: 5)
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(lw, "unavailable", lambda *a, **k: None)
-    monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
-    monkeypatch.setattr(le, "_INTERPRETED", False)
-    monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", cfg))
+    general, bound = record_launches(monkeypatch, cfg)
     gen = torch.Generator().manual_seed(5)
     n, k = 200, 1024
     prepared = KERNEL.prepare(fp4_weight(n, k, gen), SchemeContract(weight=key("mxfp4"),
@@ -158,13 +137,8 @@ def test_a_ws_plan_launches_the_ws_kernel_with_descriptors(monkeypatch) -> None:
     assert all(got[p] is first[p] for p in ("w_ptr", "b_ptr", "s_ptr"))
 
     # MoE experts: the same kernel, GROUPED, descriptors of every expert's layout (built once)
-    from kernels.mx import MXTensor
-    from kernels.triton import moe_routing, moe_wgmma
-    w = fp4_weight(n, k, gen)
-    ex = MXTensor(w.data.reshape(2, n // 2, -1), w.scales.reshape(2, n // 2, -1), "mxfp4",
-                  "even", torch.Size((2, n // 2, k)), w.layout)
-    monkeypatch.setattr(moe_wgmma, "sort_rows", moe_routing.sort_rows_torch)
-    monkeypatch.setattr(moe_wgmma, "combine", lambda rows, dtype: rows.sum(1))
+    from kernels.triton import moe_wgmma
+    ex = two_experts(fp4_weight(n, k, gen), monkeypatch)
     ids = torch.randint(0, 2, (30, 1), generator=gen)
     cached: dict = {}
     for _ in range(2):
