@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The sweeps that decide the gated wgmma paths' table rows, in ONE device call (after
-# tools/gpu_check.sh has run the whole suite green, gated tests included): every variant is
-# checked against the reference before it is timed, bf16 F.linear / _grouped_mm in the same run.
-#   1. two warpgroups (warps 8) at M = 32 / 64 / 128, mxfp4 / e3m2 / e2m3 (three dense shapes);
-#   2. the W4A4 activation QDQ in the kernel (fuse_act) at M = 1 / 16, graph and eager;
-#   3. mxfp8 e4m3 weights on wgmma at M = 1 / 16 / 64 (W8A16 and W8A8);
-#   4. MoE, DeepSeek-like shape, forced two-warpgroup configs at T = 256 / 2048.
+# The sweeps that decide the warp-specialized (ws) rows still open, in ONE device call (after
+# tools/gpu_check.sh has run the whole suite green with linear_wgmma.WS_VERIFIED on): every
+# variant is checked against the reference before it is timed, bf16 F.linear / _grouped_mm in
+# the same run; the sweep tools open the gates themselves.
+#   1. ws at M = 1 (only 8x256 st6 measured: 17.9 against 16.5 us) and M = 16 / 32 for mxfp6 /
+#      mxfp8 (mxfp4's rows: 16x512 st4, 32x256 st6), three dense shapes;
+#   2. MoE experts through ws (GROUPED) at T = 256 / 2048: DeepSeek-like (E 64, top-6,
+#      2048 x 7168: 0.84x, issue 16's 1.0x target), gpt-oss-like (E 32, top-4, 2880^2).
 # Each step has its own time limit so one slow step cannot eat the call; JSON and logs go to
-# $OUT (the device tool brings back 8 files: 4 JSON + 1 log here).
+# $OUT (the device tool brings back 8 files: 4 JSON + 1 log here). Earlier sweeps (two
+# warpgroups, fused activation QDQ, mxfp8 on wgmma): git history and docs/benchmarks.md.
 #
 #   OUT=/tmp/out bash tools/gpu_sweeps.sh
 set -uo pipefail
@@ -21,12 +23,16 @@ log=$OUT/sweeps.log
   git rev-parse --short HEAD 2>/dev/null || echo "commit: ${COMMIT:-unknown}"; date -u; } | tee "$log"
 step() { local name=$1 limit=$2; shift 2; echo "=== $name" | tee -a "$log"
          timeout "$limit" "$@" 2>&1 | tee -a "$log"; echo "=== $name rc=${PIPESTATUS[0]}" | tee -a "$log"; }
-step warps8 "${WARPS_S:-240}" python3 tools/tune_linear.py --parts wgmma --ms 32,64,128 \
-  --weights mxfp4,mxfp6_e3m2,mxfp6_e2m3 --wgmma-grid warps8 --out "$OUT/warps8.json"
-step fused_act "${ACT_S:-90}" python3 tools/tune_linear.py --parts wgmma --ms 1,16 \
-  --weights mxfp4:mxfp4 --wgmma-grid fused --eager --out "$OUT/fused_act.json"
-step fp8 "${FP8_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 1,16,64 \
-  --weights mxfp8_e4m3,mxfp8_e4m3:mxfp8_e4m3 --out "$OUT/fp8.json"
-step moe "${MOE_S:-100}" python3 tools/bench_moe.py --t 256,2048 --experts 64 --top-k 6 \
+W=4:0:1:1:1:1  # warps 4, no cap, sub_k 1, rep 1, tma_x, ws
+step ws_m1 "${M1_S:-120}" python3 tools/tune_linear.py --parts wgmma --ms 1 --eager \
+  --weights mxfp4,mxfp6_e3m2,mxfp8_e4m3 \
+  --wgmma-specs 8:512:1:4:$W,8:512:1:2:$W,8:256:1:4:$W --out "$OUT/ws_m1.json"
+step ws_m16_32 "${M16_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 16,32 --eager \
+  --weights mxfp6_e3m2,mxfp8_e4m3 \
+  --wgmma-specs 16:512:1:4:$W,16:256:1:6:$W,32:256:1:6:$W,32:256:1:4:$W --out "$OUT/ws_m16_32.json"
+step moe_deepseek "${MOE_S:-150}" python3 tools/bench_moe.py --t 256,2048 --experts 64 --top-k 6 \
   --n 2048 --k 7168 --schemes w_mxfp4 --backends triton \
-  --wgmma 64:128:2:3:8,128:128:1:3:8,128:128:2:3:8
+  --wgmma 128:128:1:4:$W,64:256:1:4:$W,128:128:2:4:$W,32:256:1:6:$W
+step moe_gptoss "${MOE2_S:-100}" python3 tools/bench_moe.py --t 256,2048 --experts 32 --top-k 4 \
+  --n 2880 --k 2880 --schemes w_mxfp4 --backends triton \
+  --wgmma 128:128:1:4:$W,64:256:1:4:$W
