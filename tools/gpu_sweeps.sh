@@ -26,7 +26,7 @@ step() { local name=$1 limit=$2; shift 2; echo "=== $name" | tee -a "$log"
 W=4:0:1:1:1:1  # warps 4, no cap, sub_k 1, rep 1, tma_x, ws
 step ws_m1 "${M1_S:-120}" python3 tools/tune_linear.py --parts wgmma --ms 1 --eager \
   --weights mxfp4,mxfp6_e3m2,mxfp8_e4m3 \
-  --wgmma-specs 8:512:1:4:$W,8:512:1:2:$W,8:256:1:4:$W --out "$OUT/ws_m1.json"
+  --wgmma-specs 8:512:1:4:$W,8:512:1:6:$W,8:256:1:8:$W,8:256:1:4:$W --out "$OUT/ws_m1.json"
 step ws_m16_32 "${M16_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 16,32 --eager \
   --weights mxfp6_e3m2,mxfp8_e4m3 \
   --wgmma-specs 16:512:1:4:$W,16:256:1:6:$W,32:256:1:6:$W,32:256:1:4:$W --out "$OUT/ws_m16_32.json"
