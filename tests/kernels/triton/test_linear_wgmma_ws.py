@@ -61,6 +61,16 @@ def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> 
     assert lw.passed_over(cfg) and lw.table_config(cfg) == cfg
     assert lw.gated(cfg) == ("ws (warp-specialized: a TMA loader warp, two consumers): "
                              "written, not yet verified on a GPU")
+    from kernels.triton import moe_wgmma
+    gen = torch.Generator().manual_seed(6)
+    with pytest.raises(ValueError, match=r"moe_wgmma: ws \(warp-specialized: a TMA loader warp, "
+                                         r"two consumers\): written, not yet verified on a GPU; "
+                                         r"use a config without that part"):
+        moe_wgmma.grouped_experts_wgmma(
+            torch.randn(4, 256).to(torch.bfloat16), two_experts(fp4_weight(128, 256, gen),
+                                                                monkeypatch),
+            None, torch.zeros(4, 1, dtype=torch.int64), torch.ones(4, 1), torch.float32, {},
+            cfg)
     ws_rows = [r for r in lc.TABLE if getattr(r.config, "ws", False)]
     assert ws_rows
     for row in ws_rows:
