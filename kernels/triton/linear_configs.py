@@ -239,8 +239,11 @@ def _serves(row: Choice, family: str, n: int, k: int, experts: bool,
     """Whether a row serves a layer of the family and shape: its shape class; experts-only rows
     for MoE experts only, warp-specialized ones (`WgmmaConfig.ws`) for dense layers only; and
     not a row the caller passes over (a part of its config still gated off)."""
-    return (row.family == family and n >= row.n_min and k >= row.k_min
-            and (not row.experts if not experts else not getattr(row.config, "ws", False))
+    if experts:
+        kind_ok = not getattr(row.config, "ws", False)  # ws rows: measured on dense layers
+    else:
+        kind_ok = not row.experts
+    return (kind_ok and row.family == family and n >= row.n_min and k >= row.k_min
             and not passed_over(row.config))
 
 

@@ -51,10 +51,12 @@ from kernels.triton.linear_mma import workspace
 from kernels.triton.linear_wgmma_ws import _ws_linear_kernel
 from kernels.triton.wgmma_config import (  # noqa: F401 (re-exported: the kernel's vocabulary)
     BLOCK_M_VERIFIED, FORMATS, WgmmaConfig, WgmmaPlan, _layout, weight_format, wgmma_plan)
-from kernels.triton.wgmma_decode import along, decode, halves, slot_operands, x_copy_layout
+from kernels.triton.wgmma_decode import (acc_layout, along, decode, halves, slot_operands,
+                                         words_layout, x_copy_layout)
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import (X_SMEM, XDesc, copy_tile, copyable_rows, cta_barrier,
-                                        finish_tile, qdq_x_tile, x_descriptor)
+                                        expert_rows, finish_tile, qdq_x_tile, weight_ring,
+                                        x_descriptor)
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
@@ -87,29 +89,22 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     TS: gl.constexpr = BLOCK_N * BLOCK_K // 32  # scale bytes a tile
     TB: gl.constexpr = TW if FMT == 3 else TW // 2  # B words a tile (mxfp8 / mxfp6)
     D: gl.constexpr = STAGES - 1  # prefetch distance (no wgmma in flight past its iteration)
-    WL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 4], [1, 8, 4, 1, 1, 1],
-                                        [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                  instr_shape=[16, BLOCK_M, 16])
+    WL: gl.constexpr = words_layout(WARPS, NBH)
+    MMA: gl.constexpr = acc_layout(WARPS, BLOCK_M)
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     XL: gl.constexpr = x_copy_layout(BLOCK_K, WARPS)
     XS: gl.constexpr = X_SMEM
     SL: gl.constexpr = gl.SliceLayout(2, WL)  # scale bytes: the t lanes of a row share them
-    WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # 16 B a lane in a row
-    SS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0])
     pid_n = gl.program_id(0)
     pid_m = gl.program_id(1)
     pid_s = gl.program_id(2)
     row0 = pid_m * BLOCK_M  # the tile's first activation row
     rows_left = M - row0
     if GROUPED:
-        slots = gl.num_programs(1)
         e = gl.load(grp_ptr + pid_m)
         if e >= E:
             return
-        m_tile = gl.load(grp_ptr + slots + pid_m)
-        row0 = gl.load(grp_ptr + 2 * slots + e) + m_tile * BLOCK_M
-        rows_left = gl.load(grp_ptr + 2 * slots + E + e) - m_tile * BLOCK_M
+        row0, rows_left = expert_rows(grp_ptr, pid_m, e, E, BLOCK_M)
         w_ptr += e.to(gl.int64) * stride_we
         s_ptr += e.to(gl.int64) * stride_se
         b_ptr += e.to(gl.int64) * (stride_we // (TW // TB))  # mxfp6: half as many B words
@@ -129,8 +124,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     if FMT == 3:  # mxfp8: B words in the A words' own order
         bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + woff
     else:  # mxfp6: B words [w][h][b_hi][g][t][2] (fp6_words)
-        BL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 2], [1, 8, 4, 1, 1, 1],
-                                            [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
+        BL: gl.constexpr = words_layout(WARPS, NBH, 2)
         boff = (along(G, 0, 6, BL) * (TB // G) + along(2, 3, 6, BL) * (TB // G // 2)
                 + along(NBH, 4, 6, BL) * 64 + along(8, 1, 6, BL) * 8 + along(4, 2, 6, BL) * 2
                 + along(2, 5, 6, BL))
@@ -149,12 +143,8 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         xmask = (xi < rows_left)[:, None] & (xc >= 0)[None, :]
         xbar = w_ptr  # (unused)
 
-    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WS)
-    s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, G, 8, 2, NBH, 4], SS)
+    w_smem, b_smem, s_smem = weight_ring(STAGES, G, NBH, FMT)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], XS)
-    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, TB * 4 // TW]
-                                       if FMT else
-                                       [1, 1, 1, 1, 1, 1, 2], WS)
     for s in gl.static_range(D):
         t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
         copy_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), x_smem.index(s),

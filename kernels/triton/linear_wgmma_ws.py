@@ -35,8 +35,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma, warpgroup_mma_wait)
 
-from kernels.triton.wgmma_decode import decode, slot_operands
-from kernels.triton.wgmma_tiles import X_SMEM, _tma_load, cta_barrier, finish_tile
+from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
+from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
+                                        weight_ring)
 
 ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
 WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
@@ -51,6 +52,7 @@ def flat_layout(bits: int):
 
 W_FLAT = gl.constexpr(flat_layout(32))
 S_FLAT = gl.constexpr(flat_layout(8))
+_ROW = gl.constexpr(ROW)
 # triton 3.6 (the H200) names it _reinterpret, 3.9 (CPU CI) reinterpret
 _REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 
@@ -59,23 +61,29 @@ _REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 def _as_box(slot, dtype: gl.constexpr, rows: gl.constexpr, layout: gl.constexpr):
     """A ring slot (the consumers' view) as the [rows, ROW] box its TMA copy writes."""
     if _REINTERPRET:
-        box = slot.reinterpret(dtype, [rows, 256], layout)
+        box = slot.reinterpret(dtype, [rows, _ROW], layout)
     else:
-        box = slot._reinterpret(dtype, [rows, 256], layout)
+        box = slot._reinterpret(dtype, [rows, _ROW], layout)
     return box
 
 
-def ws_descriptors(words, bwords, sbytes, block_k: int) -> tuple:
-    """TMA descriptors of a prepared weight's words, B words (or the words again) and scale
-    bytes: flat [numel / ROW, ROW] views, one K tile of 64 rows a box."""
+def ws_descriptors(cache: dict, key: object, words, bwords, sbytes, block_k: int) -> tuple:
+    """TMA descriptors of a prepared layout's words, B words (None, or the words again: the
+    words' own) and scale bytes — flat [numel / ROW, ROW] views, one K tile of 64 rows a box —
+    built once and kept in `cache` under `key` beside the layout (dense plans and MoE alike)."""
+    found = cache.get(key)
+    if found is not None:
+        return found
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    tw, ts = 8 * block_k, 2 * block_k  # words / scale bytes a tile (64 rows x block_k)
-    w = TensorDescriptor.from_tensor(words.view(-1, ROW), [tw // ROW, ROW], W_FLAT.value)
-    b = w if bwords is None else TensorDescriptor.from_tensor(
-        bwords.view(-1, ROW), [bwords.numel() // (words.numel() // tw) // ROW, ROW], W_FLAT.value)
-    s = TensorDescriptor.from_tensor(sbytes.view(-1, ROW), [ts // ROW, ROW], S_FLAT.value)
-    return w, b, s
+    def boxes(t, per_tile: int, layout):
+        return TensorDescriptor.from_tensor(t.view(-1, ROW), [per_tile // ROW, ROW], layout)
+
+    tiles = words.numel() // (8 * block_k)  # 64 rows x block_k: 8 * block_k words a tile
+    w = boxes(words, 8 * block_k, W_FLAT.value)
+    b = w if bwords is None or bwords is words else boxes(bwords, bwords.numel() // tiles,
+                                                          W_FLAT.value)
+    return cache.setdefault(key, (w, b, boxes(sbytes, 2 * block_k, S_FLAT.value)))
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
@@ -94,9 +102,6 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     order; the descriptors span every expert, stride_we words an expert)."""
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
     gl.static_assert(len(ACT) == 0 and STAGES % 2 == 0)  # (even: WgmmaConfig says why)
-    G: gl.constexpr = 4  # 16-row groups: one warpgroup's 64 rows
-    NBH: gl.constexpr = BLOCK_K // 128
-    TB4: gl.constexpr = 4 if FMT == 3 else 2  # a B word's share of a slot (mxfp6 half)
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
@@ -104,23 +109,16 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     row0 = gl.program_id(1) * BLOCK_M
     rows_left = M - row0
     if GROUPED:  # the tile table as the one-partition kernel's (linear_wgmma); a slot past the
-        slots = gl.num_programs(1)  # last tile runs no K tile and stores nothing (no early
-        e = gl.load(grp_ptr + gl.program_id(1))  # return: the partitions are not forked yet)
-        live = e < E
+        e = gl.load(grp_ptr + gl.program_id(1))  # last tile runs no K tile and stores nothing
+        live = e < E  # (no early return: the partitions are not forked yet)
         e = gl.minimum(e, E - 1)
-        m_tile = gl.load(grp_ptr + slots + gl.program_id(1))
-        row0 = gl.load(grp_ptr + 2 * slots + e) + m_tile * BLOCK_M
-        rows_left = gl.where(live, gl.load(grp_ptr + 2 * slots + E + e) - m_tile * BLOCK_M, 0)
+        row0, rows_left = expert_rows(grp_ptr, gl.program_id(1), e, E, BLOCK_M)
+        rows_left = gl.where(live, rows_left, 0)
         k_hi = gl.where(live, k_hi, k_lo)
         tile0 += e * (stride_we // (8 * BLOCK_K))  # an expert's words: whole 64-row tiles
-    WSL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # the flat order
-    SSL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0])
-    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WSL)
-    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, TB4] if FMT else
-                                       [1, 1, 1, 1, 1, 1, 2], WSL)
-    s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, G, 8, 2, NBH, 4], SSL)
+    w_smem, b_smem, s_smem = weight_ring(STAGES, 4, BLOCK_K // 128, FMT)  # one warpgroup's
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], X_SMEM)
-    red_smem = gl.allocate_shared_memory(gl.float32, [16 * G, BLOCK_M],
+    red_smem = gl.allocate_shared_memory(gl.float32, [64, BLOCK_M],
                                          gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -148,9 +146,9 @@ def _loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full
             STAGES: gl.constexpr, FMT: gl.constexpr):
     """One warp: K tile kk into slot (kk - k_lo) % STAGES once its consumer released it (a
     fresh "empty" barrier passes the first round: parity 1)."""
-    WR: gl.constexpr = 8 * BLOCK_K // 256  # rows of a tile's words in their flat view
+    WR: gl.constexpr = 8 * BLOCK_K // _ROW  # rows of a tile's words in their flat view
     BR: gl.constexpr = WR if FMT == 3 else WR // 2
-    SR: gl.constexpr = 2 * BLOCK_K // 256
+    SR: gl.constexpr = 2 * BLOCK_K // _ROW
     XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
     for kk in range(k_lo, k_hi):
         i = kk - k_lo
@@ -159,10 +157,10 @@ def _loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full
         bar = full.index(s)
         t = tile0 + kk
         if FMT:
-            mbarrier.expect(bar, XB + (WR + BR) * 256 * 4 + SR * 256)
+            mbarrier.expect(bar, XB + (WR + BR) * _ROW * 4 + SR * _ROW)
             _tma_load(b_desc, [t * BR, 0], bar, _as_box(b_smem.index(s), gl.int32, BR, W_FLAT))
         else:
-            mbarrier.expect(bar, XB + WR * 256 * 4 + SR * 256)
+            mbarrier.expect(bar, XB + WR * _ROW * 4 + SR * _ROW)
         _tma_load(w_desc, [t * WR, 0], bar, _as_box(w_smem.index(s), gl.int32, WR, W_FLAT))
         _tma_load(s_desc, [t * SR, 0], bar, _as_box(s_smem.index(s), gl.uint8, SR, S_FLAT))
         _tma_load(x_desc, [row0, kk * BLOCK_K], bar, x_smem.index(s))
@@ -174,11 +172,9 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
              FMT: gl.constexpr):
     """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows."""
     NBH: gl.constexpr = BLOCK_K // 128
-    WL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 4], [1, 8, 4, 1, 1, 1],
-                                        [4, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
+    WL: gl.constexpr = words_layout(4, NBH)
     SL: gl.constexpr = gl.SliceLayout(2, WL)
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                  instr_shape=[16, BLOCK_M, 16])
+    MMA: gl.constexpr = acc_layout(4, BLOCK_M)
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     acc = gl.zeros([64, BLOCK_M], gl.float32, MMA)
     for kk in range(k_lo + C, k_hi, 2):
@@ -204,8 +200,7 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
     output (bias / store / split-K, as the one-partition kernel)."""
     acc = _consume(0, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                  instr_shape=[16, BLOCK_M, 16])
+    MMA: gl.constexpr = acc_layout(4, BLOCK_M)
     mbarrier.wait(red_bar, 0)
     acc = acc + red_smem.load(MMA)
     finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,

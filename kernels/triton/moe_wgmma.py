@@ -145,9 +145,8 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     key = (launcher.intern(("wgmma-moe", x.device.index, split, cfg, n, k, weight.fmt)),
            launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
     operands = (words, bwords, sbytes)
-    if cfg.ws:  # the weight by TMA: descriptors of every expert's layout, built once
-        operands = cached.get((lkey, "ws")) or cached.setdefault((lkey, "ws"), ws_descriptors(
-            words, None if bwords is words else bwords, sbytes, cfg.block_k))
+    if cfg.ws:  # the weight by TMA: descriptors of every expert's layout
+        operands = ws_descriptors(cached, (lkey, "ws"), words, bwords, sbytes, cfg.block_k)
     launcher.launch(_ws_linear_kernel if cfg.ws else _wgmma_linear_kernel, key,
                     (grid_n, slots, split),
                     (x_descriptor(x_sorted, cfg.block_m, cfg.block_k) if cfg.tma_x else x_sorted,

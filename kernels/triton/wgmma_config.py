@@ -134,7 +134,8 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     descs = ()
     if cfg.ws:  # (the Gluon module only where a ws config is planned)
         from kernels.triton.linear_wgmma_ws import ws_descriptors
-        descs = ws_descriptors(words, bwords, sbytes, cfg.block_k)
+        descs = ws_descriptors(cached, ("wgmma", cfg.block_k, cfg.groups, "ws"), words, bwords,
+                               sbytes, cfg.block_k)
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
                      FORMATS.index(fmt), act, device=words.device.index, descs=descs)
 

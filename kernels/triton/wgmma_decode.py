@@ -48,6 +48,21 @@ def x_copy_layout(block_k, warps):
     return gl.BlockedLayout([1, 8], [32 // lanes, lanes], [warps, 1], [1, 0])
 
 
+@gluon.constexpr_function
+def words_layout(warps, nbh, last=4):
+    """A K tile's per-thread words [groups, g, t, h, b_hi, last] (last 4: A words, mxfp8 B
+    words; 2: mxfp6 B words): a thread holds its row's 8-code words of every block it owns."""
+    return gl.BlockedLayout([1, 1, 1, 2, nbh, last], [1, 8, 4, 1, 1, 1], [warps, 1, 1, 1, 1, 1],
+                            [5, 4, 3, 2, 1, 0])
+
+
+@gluon.constexpr_function
+def acc_layout(warps, block_m):
+    """The accumulator [16 * warps-row blocks, block_m] of wgmma with the weight as A."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1],
+                                     instr_shape=[16, block_m, 16])
+
+
 @gluon.jit
 def along(n: gl.constexpr, dim: gl.constexpr, RANK: gl.constexpr, L: gl.constexpr):
     """arange(n) along `dim` of a rank-RANK tensor of layout L (size 1 in the other dims)."""
@@ -214,13 +229,12 @@ def slot_operands(w_slot, b_slot, s_slot, WL: gl.constexpr, SL: gl.constexpr,
         bw = b_slot.load(WL)
         base = bw
     elif FMT:
-        BL: gl.constexpr = gl.BlockedLayout([1, 1, 1, 2, NBH, 2], [1, 8, 4, 1, 1, 1],
-                                            [WARPS, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0])
-        bw, base = fp6_operands(words, b_slot.load(BL), WL, FMT)
+        bw, base = fp6_operands(words, b_slot.load(words_layout(WARPS, NBH, 2)), WL, FMT)
     else:
         bw, base = words, words
     return words, bw, base, sword
 
 
-__all__ = ["along", "decode", "decode_fp4", "decode_fp6", "decode_fp8", "fp6_operands", "halves",
-           "scale_word", "slot_operands", "x_copy_layout"]
+__all__ = ["acc_layout", "along", "decode", "decode_fp4", "decode_fp6", "decode_fp8",
+           "fp6_operands", "halves", "scale_word", "slot_operands", "words_layout",
+           "x_copy_layout"]

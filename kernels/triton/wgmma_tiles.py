@@ -89,6 +89,31 @@ def finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, 
 
 
 @gluon.jit
+def expert_rows(grp_ptr, slot, e, E, BLOCK_M: gl.constexpr):
+    """(first activation row, rows left) of MoE tile-table slot `slot` of expert e (< E): the
+    table is moe_routing.sort_rows' [expert | M tile | first row of expert | rows of expert],
+    int32, each part one entry a slot (a program along grid axis 1)."""
+    slots = gl.num_programs(1)
+    m_tile = gl.load(grp_ptr + slots + slot)
+    row0 = gl.load(grp_ptr + 2 * slots + e) + m_tile * BLOCK_M
+    return row0, gl.load(grp_ptr + 2 * slots + E + e) - m_tile * BLOCK_M
+
+
+@gluon.jit
+def weight_ring(STAGES: gl.constexpr, G: gl.constexpr, NBH: gl.constexpr, FMT: gl.constexpr):
+    """A ring of STAGES shared slots for a K tile's words, B words (mxfp6: half a word each,
+    mxfp8: a whole one; none for mxfp4) and scale bytes, each in the prepared layout's own
+    order, so a slot is one contiguous run of it (cp.async vectors or one TMA box)."""
+    WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # 16 B a lane in a row
+    SS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0])
+    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WS)
+    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4 if FMT == 3 else 2]
+                                       if FMT else [1, 1, 1, 1, 1, 1, 2], WS)
+    s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, G, 8, 2, NBH, 4], SS)
+    return w_smem, b_smem, s_smem
+
+
+@gluon.jit
 def x_mask(xmask, xc, t, K, BLOCK_K: gl.constexpr, K_TAIL: gl.constexpr):
     """The x tile t's copy mask: rows in range, and (K_TAIL: K is not whole tiles) columns < K
     (the rest is zero-filled, against the layout's zero padding)."""
@@ -173,4 +198,5 @@ def copyable_rows(x2d: Tensor) -> Tensor:
 
 
 __all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copyable_rows",
-           "cta_barrier", "finish_tile", "qdq_x_tile", "store_out", "x_descriptor", "x_mask"]
+           "cta_barrier", "expert_rows", "finish_tile", "qdq_x_tile", "store_out", "weight_ring",
+           "x_descriptor", "x_mask"]
