@@ -201,10 +201,9 @@ def forced_spec(spec: str) -> WgmmaConfig:
     if not 5 <= len(v) <= 10:
         raise ValueError(f"wgmma spec {spec!r}: want 5 to 10 integers, "
                          f"{SPEC_FIELDS}")
-    return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5] if len(v) > 5 else 0,
-                       sub_k=v[6] if len(v) > 6 else 1, rep=v[7] if len(v) > 7 else 1,
-                       tma_x=bool(v[8]) if len(v) > 8 else False,
-                       ws=bool(v[9]) if len(v) > 9 else False)
+    v += [0, 1, 1, 0, 0][len(v) - 5:]  # the optional fields' defaults
+    return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5], sub_k=v[6], rep=v[7],
+                       tma_x=bool(v[8]), ws=bool(v[9]))
 
 
 SPEC_FIELDS = "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws]]]]]"

@@ -204,8 +204,10 @@ for c in json.loads(sys.stdin.read()):
     got = {p: len(re.findall(p, ptx)) for p in (
         r"wgmma\\.mma_async", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
         r"cp\\.async\\.cg", r"ld\\.local", r"st\\.local")}
-    got["expect"] = sorted(set(int(b) for b in re.findall(r"expect_tx\\.shared(?:::cta)?\\.b64 _, \\[%r\\d+\\], (\\d+)", ptx)))
-    got["setmaxnreg"] = sorted(set(int(r) for r in re.findall(r"setmaxnreg\\.\\w+\\.sync\\.aligned\\.u32\\s+(\\d+)", ptx)))
+    expect = r"expect_tx\\.shared(?:::cta)?\\.b64 _, \\[%r\\d+\\], (\\d+)"
+    regs = r"setmaxnreg\\.\\w+\\.sync\\.aligned\\.u32\\s+(\\d+)"
+    got["expect"] = sorted(set(int(b) for b in re.findall(expect, ptx)))
+    got["setmaxnreg"] = sorted(set(int(r) for r in re.findall(regs, ptx)))
     found.append(got)
 print(json.dumps(found))
 """
