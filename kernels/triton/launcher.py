@@ -75,28 +75,93 @@ class Bound:
     constants): the fixed buffers' pointers are kept as ints, which Triton's launcher reads as
     device addresses, skipping the data_ptr() call and cuPointerGetAttribute check it makes
     per tensor (H200 host, the wgmma kernel's 11 pointers: 8.8 -> 6.4 us a launch), and a call
-    skips `launch`'s key building and memo lookup. Build it from `launch`'s return value
-    outside CUDA-graph capture, from buffers that outlive it (a plan's own, the shared
-    workspace); a call passes `current_stream`'s stream and the per-call values, in order."""
+    skips `launch`'s key building and memo lookup. Where the kernel takes tensor descriptors
+    and Triton's launcher is the one `split_launcher` knows, the fixed descriptors are encoded
+    once here and a per-call one once per (address, shape, strides) (`encoded`). Build it from
+    `launch`'s return value outside CUDA-graph capture, from buffers that outlive it (a plan's
+    own, the shared workspace); a call passes `current_stream`'s stream and the per-call
+    values, in order."""
 
-    __slots__ = ("_run", "_function", "_meta", "_grid", "_pieces")
+    __slots__ = ("_run", "_function", "_meta", "_grid", "_pieces", "encoded", "_raw", "_head",
+                 "_encode", "_descs", "_seen")
 
     def __init__(self, compiled: Any, grid: Sequence[int], args: Sequence[Any],
                  per_call: Sequence[int]) -> None:
         self._run, self._function = compiled.run, compiled.function
         self._meta = compiled.packed_metadata
         self._grid = (*grid, 1, 1)[:3]
-        fixed = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
+        split = split_launcher(compiled)
+        self.encoded = split is not None
+        self._seen: dict = {}
+        if split is None:  # Triton's launcher takes the descriptors as they are
+            descs: dict = {}
+            fixed = [(a.data_ptr() if isinstance(a, torch.Tensor) else a,) for a in args]
+        else:  # the C launch: each fixed descriptor as the arguments it expands to, once
+            self._raw, descs, coop_pdl, self._encode = split
+            self._head = (*coop_pdl, None, None, self._meta, None, None, None)
+            fixed = [(a.data_ptr(),) if isinstance(a, torch.Tensor) else
+                     tuple(self._encode(a, descs[i])) if i in descs and i not in per_call else
+                     (a,) for i, a in enumerate(args)]
+        self._descs = tuple(descs.get(i) for i in per_call)
         cuts = (-1, *per_call, len(fixed))
-        self._pieces = tuple(fixed[a + 1:b] for a, b in zip(cuts, cuts[1:]))
+        self._pieces = tuple(tuple(v for part in fixed[a + 1:b] for v in part)
+                             for a, b in zip(cuts, cuts[1:]))
 
     def __call__(self, stream: Any, values: Sequence[Any]) -> None:
         pieces = self._pieces
         args = pieces[0]
-        for value, piece in zip(values, pieces[1:]):
-            args = args + (value,) + piece
         g = self._grid
-        self._run(g[0], g[1], g[2], stream, self._function, self._meta, None, None, None, *args)
+        if not self.encoded:
+            for value, piece in zip(values, pieces[1:]):
+                args = args + (value,) + piece
+            self._run(g[0], g[1], g[2], stream, self._function, self._meta, None, None, None,
+                      *args)
+            return
+        for value, meta, piece in zip(values, self._descs, pieces[1:]):
+            args = args + (self._encoded(value, meta) if meta is not None else (value,)) + piece
+        self._raw(g[0], g[1], g[2], stream, self._function, *self._head, *args)
+
+    def _encoded(self, desc: Any, meta: Any) -> tuple:
+        """A per-call descriptor's launcher arguments, encoded once per (address, shape,
+        strides): the CUtensorMap holds nothing else that changes (its box and swizzle are
+        the kernel's). A few are kept (an eager decode loop's activations reuse addresses)."""
+        key = (desc.base.data_ptr(), *desc.shape, *desc.strides, desc.padding)
+        found = self._seen.get(key)
+        if found is None:
+            if len(self._seen) >= 8:
+                self._seen.clear()
+            found = self._seen[key] = tuple(self._encode(desc, meta))
+        return found
+
+
+def split_launcher(compiled: Any) -> Any:
+    """Triton 3.6's CUDA launcher of a kernel that takes tensor descriptors, opened up: (the C
+    launch, {parameter index: descriptor metadata}, (cooperative, pdl), encode). That launcher
+    encodes every descriptor argument into a CUtensorMap on every call
+    (`make_tensordesc_arg`, cuTensorMapEncodeTiled); through this a `Bound` encodes its fixed
+    ones once. None where the launcher is not built that way (other Triton versions, a kernel
+    with scratch buffers or without descriptors): the Bound hands them to Triton as they are."""
+    run = getattr(compiled, "run", None)
+    inner = getattr(run, "launch", None)
+    code, cells = getattr(inner, "__code__", None), getattr(inner, "__closure__", None)
+    if code is None or not cells or getattr(run, "global_scratch_size", 1) or \
+            getattr(run, "profile_scratch_size", 1):
+        return None
+    found = dict(zip(code.co_freevars, (c.cell_contents for c in cells)))
+    try:
+        from triton.backends.nvidia import driver as nvidia
+    except ImportError:  # pragma: no cover (every Triton wheel ships it)
+        return None
+    encode = getattr(nvidia, "make_tensordesc_arg", None)
+    if set(found) != {"launcher", "tensordesc_indices", "tensordesc_meta"} or encode is None or \
+            getattr(nvidia, "_BASE_ARGS_FORMAT_LEN", None) != 13 or \
+            len(inspect.signature(encode).parameters) != 2:
+        return None
+    metas = found["tensordesc_meta"]
+    if not metas or any(m is None for m in metas):
+        return None
+    descs = dict(zip(sorted(found["tensordesc_indices"]), metas))
+    return found["launcher"], descs, (run.launch_cooperative_grid, run.launch_pdl), encode
 
 
 def current_stream(device: int) -> Any:
@@ -157,4 +222,5 @@ def compiled_count() -> int:
 
 
 __all__ = ["Bound", "aligned", "cdiv", "compiled_count", "constexpr_indices", "current_stream",
-           "hooked", "intern", "launch", "launch_auto", "spec_key"]
+           "hooked", "intern", "launch", "launch_auto", "spec_key",
+           "split_launcher"]

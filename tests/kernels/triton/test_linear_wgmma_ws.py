@@ -312,3 +312,45 @@ def test_warp_specialized_matches_the_reference(fmt: str, monkeypatch) -> None:
                 assert torch.equal(got.view(torch.int16), again.view(torch.int16)), case
                 assert close(got, want), case
                 assert close(got, one.float()), case
+
+
+@gpu
+@pytest.mark.parametrize("use_ws", (True, False))
+def test_bound_calls_with_descriptors_give_the_general_path_s_bits(use_ws: bool,
+                                                                    monkeypatch) -> None:
+    """A plan's calls after its first go through its `launcher.Bound`; with tensor descriptors
+    (ws: the weight's three and x's; the one-partition kernel's tma_x: x's) Triton 3.6's
+    launcher is opened up (`Bound.encoded`): the weight's encoded once, x's once per (address,
+    shape). Bit for bit what the general path gives (a forced config: no Bound): new values at
+    a reused address, a shorter view of it (another shape), a fresh tensor, another stream."""
+    import triton
+
+    from kernels.triton import linear_emulation as le
+
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    cfg = ws_config(block_m=16, block_k=128) if use_ws else lw.WgmmaConfig(
+        block_m=64, block_k=128, split=2, stages=3, tma_x=True)
+    monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", cfg))
+    gen = torch.Generator().manual_seed(41 + use_ws)
+    n, k = 200, 1024
+    prepared = KERNEL.prepare(fp4_weight(n, k, gen).to("cuda"),
+                              SchemeContract(weight=key("mxfp4"), activation=None))
+    held = torch.empty(16, k, dtype=torch.bfloat16, device="cuda")
+    side = torch.cuda.Stream()
+    for m in (16, 16, 9, 16, 3, 16):
+        held.copy_(torch.randn(16, k, generator=gen).to(torch.bfloat16))
+        fresh = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+        for x in (held[:m], fresh):
+            for stream in (torch.cuda.current_stream(), side):
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    got = fused_linear(x, prepared)
+                    want = fused_linear(x, prepared, strategy="wgmma", config=cfg)
+                stream.synchronize()
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (m, use_ws)
+                torch.cuda.current_stream().wait_stream(side)
+    bounds = [b for p in prepared.cache[le._CACHE_KEY]["plans"].values() if p.wgmma
+              for b in p.wgmma.fast.values()]
+    assert len(bounds) >= 2, "a Bound per stream"
+    on_36 = triton.__version__.startswith("3.6")
+    assert all(b.encoded == on_36 for b in bounds), (triton.__version__, use_ws)
