@@ -229,10 +229,14 @@ def test_split_fp4_layout_is_a_per_tile_permutation() -> None:
         split_fp4_layout(data, 128)
 
 
-def test_strategy_choice_and_refusals() -> None:
+def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     """The measured table (kernels/triton/linear_configs.py) decides per weight family, M and
-    shape; past it, dequant-gemm for bf16 on a GPU, else tiled."""
+    shape; past it, dequant-gemm for bf16 on a GPU, else tiled. (The rows below with the
+    warp-specialized rows passed over, as while they are gated; with them: at the end.)"""
     from kernels.triton import linear_configs as lc
+    from kernels.triton import linear_wgmma as lw
+
+    monkeypatch.setattr(lw, "WS_VERIFIED", False)
 
     bf, f16 = torch.bfloat16, torch.float16
     fp4 = {"W_PACK": 1, "W_BITS": 4, "W_IS_INT": False}
@@ -295,6 +299,16 @@ def test_strategy_choice_and_refusals() -> None:
     assert lc.config_for("mma", "other", 500, False, n=8192, k=8192) == lc.TABLE[-1].config  # last row
     assert lc.config_for("mma", "fp8", 1, True, n=8192, k=8192) == lc.INTERPRETER_MMA
     assert lc.config_for("gemv", "other", 1, False, n=8192, k=8192) == row("gemv", "fp4", 1)  # none there
+    # with the ws rows on: M = 64 takes a ws row (no split-K: the two consumers overlap decode
+    # and wgmma) on narrow layers, and on wide ones for the "other" family (mxfp6: measured
+    # faster there too); mxfp4 / mxfp8 keep the two-warpgroup row on wide layers
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    for family, wide_ws in ((fp4, False), (fp8, False), (int8, True)):
+        wide = le.strategy_for(64, bf, bf, None, True, family, n=28672, k=8192)[1]
+        narrow = le.strategy_for(64, bf, bf, None, True, family, n=8192, k=8192)[1]
+        assert (wide.ws, wide.warps, narrow.ws, narrow.split) == \
+            (wide_ws, 4 if wide_ws else 8, True, 1), family
+    monkeypatch.setattr(lw, "WS_VERIFIED", False)
     assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 65, 128, 129)] == \
         [1, 16, 16, 32, 32, 64, 64, 128, 128, 1 << 30]
     prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),

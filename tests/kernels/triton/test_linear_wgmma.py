@@ -191,7 +191,9 @@ def test_later_calls_launch_the_first_calls_arguments(monkeypatch: pytest.Monkey
     workspace and constants fixed as ints): each must pass what the general path passes, with
     this call's x, out, M and strides; a call with bias, or where `current_stream` says no (a
     profiler's hooks, another device), takes the general path. Run here with the compiled
-    kernel's launcher recorded."""
+    kernel's launcher recorded. (The one-partition kernel's rows: the ws rows passed over; a ws
+    plan's Bound: test_linear_wgmma_ws.)"""
+    monkeypatch.setattr(lw, "WS_VERIFIED", False)
     names = lw._wgmma_linear_kernel.arg_names
     general: list = []
     bound: list = []
