@@ -166,35 +166,44 @@ def tile_major(t: Tensor, rows: int, cols: int) -> Tensor:
 WGMMA_BITS = ((6, 7, 8, 15), (22, 23, 24, 31), (9, 10, 11, 18), (25, 26, 27, 2),
               (12, 13, 14, 16), (28, 29, 30, 0), (19, 20, 21, 17), (3, 4, 5, 1))
 WGMMA_WARPS = 4  # one warpgroup: BLOCK_N = 64 weight rows a program
+# The one layout every wgmma config reads (wgmma_config.one_layout; its tiles of 64 rows x 128
+# codes, "chunks"): a program's K tile of 128, 256 or 512 codes is that many consecutive chunks
+# of a 64-row block, and a 128-row program two blocks, so one copy of the weight serves every
+# (block_k, groups) the table holds. K is padded to whole ALIGN[1] (the widest K tile) and N
+# to whole ALIGN[0] rows (the tallest program), with code 0 / scale byte 0 (value +0).
+ALIGN = (128, 512)
+CHUNK_K = 128  # codes a chunk along K
 
 
-def wgmma_layout(data: Tensor, scales: Tensor, block_k: int,
-                 warps: int = WGMMA_WARPS) -> tuple[Tensor, Tensor]:
+def wgmma_layout(data: Tensor, scales: Tensor, block_k: int, warps: int = WGMMA_WARPS,
+                 align: tuple[int, int] = (1, 1)) -> tuple[Tensor, Tensor]:
     """Packed mxfp4 codes [N, K/2] + E8M0 bytes [N, K/32] -> (int32 words, uint8 scale bytes),
     tile by tile ([16 * warps, block_k] tiles; N padded with zero rows, K with zero columns to
     whole tiles: code 0, scale byte 0, value +0, and the kernel zero-fills x past K). Scale byte
     E becomes E + 126 (the bf16 exponent of 2**(E - 1)); a NaN block (0xFF) keeps 0xFF and its
     codes become 0, so every element decodes to 0 * inf = NaN. Needs K % 32 == 0,
-    block_k % 128 == 0 and every finite scale byte <= 128 (`linear_decode.fast_fp4_scale`)."""
+    block_k % 128 == 0 and every finite scale byte <= 128 (`linear_decode.fast_fp4_scale`).
+    `align`: pad N and K to whole multiples of these too (ALIGN: the one layout's)."""
     n, half_k = data.shape
     k = 2 * half_k
     if block_k % 128 or k % 32:
         raise ValueError(f"wgmma_layout: K={k} must hold whole 32-element blocks and the K tile "
                          f"{block_k} be a multiple of 128")
-    rows = 16 * warps
     nan = scales == 255
     codes = torch.stack((data & 0xF, data >> 4), dim=-1).reshape(n, k)
     codes = codes.masked_fill(nan.repeat_interleave(32, dim=1), 0)
     sbytes = torch.where(nan, scales, scales + 126)
-    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps)
+    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps, align)
     return wgmma_words(codes, block_k, warps), wgmma_scales(sbytes, block_k, warps)
 
 
-def wgmma_pad(codes: Tensor, sbytes: Tensor, block_k: int, warps: int) -> tuple[Tensor, Tensor]:
+def wgmma_pad(codes: Tensor, sbytes: Tensor, block_k: int, warps: int,
+              align: tuple[int, int] = (1, 1)) -> tuple[Tensor, Tensor]:
     """Codes [N, K] and prepared scale bytes [N, K/32] padded to whole [16 * warps, block_k]
-    tiles with code 0 and byte 0 (value +0)."""
+    tiles, and to whole multiples of `align` (rows, codes; powers of two), with code 0 and
+    byte 0 (value +0)."""
     n, k = codes.shape
-    rows = 16 * warps
+    rows, block_k = max(16 * warps, align[0]), max(block_k, align[1])
     return (torch.nn.functional.pad(codes, (0, -k % block_k, 0, -n % rows)),
             torch.nn.functional.pad(sbytes, (0, -k % block_k // 32, 0, -n % rows)))
 

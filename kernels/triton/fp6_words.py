@@ -62,10 +62,11 @@ def scale_fits(scales: Tensor, fmt: str) -> bool:
 
 
 def wgmma_layout_fp6(codes: Tensor, scales: Tensor, fmt: str, block_k: int,
-                     warps: int = WGMMA_WARPS) -> tuple[Tensor, Tensor, Tensor]:
+                     warps: int = WGMMA_WARPS, align: tuple[int, int] = (1, 1)
+                     ) -> tuple[Tensor, Tensor, Tensor]:
     """6-bit codes [N, K] (one a byte) + E8M0 bytes [N, K/32] -> (A words: 8 codes' top bits,
     B words: 16 codes' low bits, prepared scale bytes), tile by tile as fp4_words.wgmma_layout
-    (N and K padded with +0). Needs K % 32 == 0, block_k % 128 == 0 and `scale_fits`."""
+    (N and K padded with +0; `align`: as there). Needs K % 32 == 0, block_k % 128 == 0 and `scale_fits`."""
     n, k = codes.shape
     if block_k % 128 or k % 32:
         raise ValueError(f"wgmma_layout_fp6: K={k} must hold whole 32-element blocks and the K "
@@ -73,7 +74,7 @@ def wgmma_layout_fp6(codes: Tensor, scales: Tensor, fmt: str, block_k: int,
     nan = scales == 255
     codes = codes.masked_fill(nan.repeat_interleave(32, dim=1), 0)
     sbytes = torch.where(nan, scales, scales + SCALE_BIAS[fmt])
-    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps)
+    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps, align)
     low = wgmma_order(codes & 3, block_k, warps).reshape(-1, 2, 8)  # (B word, block % 2, j)
     word = torch.zeros(low.shape[0], dtype=torch.int64, device=codes.device)
     for y in (0, 1):

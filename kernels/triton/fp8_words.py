@@ -44,10 +44,11 @@ def fp8_fits(codes: Tensor, scales: Tensor) -> bool:
 
 
 def wgmma_layout_fp8(codes: Tensor, scales: Tensor, block_k: int,
-                     warps: int = WGMMA_WARPS) -> tuple[Tensor, Tensor, Tensor]:
+                     warps: int = WGMMA_WARPS, align: tuple[int, int] = (1, 1)
+                     ) -> tuple[Tensor, Tensor, Tensor]:
     """e4m3 codes [N, K] (uint8) + E8M0 bytes [N, K/32] -> (A words: codes 0..3 of a thread's
     8, B words: codes 4..7, prepared scale bytes), tile by tile as fp4_words.wgmma_layout (N and
-    K padded with +0). Needs K % 32 == 0, block_k % 128 == 0 and `fp8_fits`."""
+    K padded with +0; `align`: as there). Needs K % 32 == 0, block_k % 128 == 0 and `fp8_fits`."""
     n, k = codes.shape
     if block_k % 128 or k % 32:
         raise ValueError(f"wgmma_layout_fp8: K={k} must hold whole 32-element blocks and the K "
@@ -55,7 +56,7 @@ def wgmma_layout_fp8(codes: Tensor, scales: Tensor, block_k: int,
     nan = scales == 255
     codes = codes.to(torch.int64).masked_fill(nan.repeat_interleave(32, dim=1), 0)
     sbytes = torch.where(nan, scales, scales + SCALE_BIAS)
-    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps)
+    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps, align)
     c = wgmma_order(codes, block_k, warps)  # (word, code j)
     return (place_bits(c[:, :4], WGMMA_BITS_E4M3), place_bits(c[:, 4:], WGMMA_BITS_E4M3),
             wgmma_scales(sbytes, block_k, warps))

@@ -148,10 +148,8 @@ def split_launcher(compiled: Any) -> Any:
             getattr(run, "profile_scratch_size", 1):
         return None
     found = dict(zip(code.co_freevars, (c.cell_contents for c in cells)))
-    try:
-        from triton.backends.nvidia import driver as nvidia
-    except ImportError:  # pragma: no cover (every Triton wheel ships it)
-        return None
+    from triton.backends.nvidia import driver as nvidia  # (every Triton wheel ships it)
+
     encode = getattr(nvidia, "make_tensordesc_arg", None)
     if set(found) != {"launcher", "tensordesc_indices", "tensordesc_meta"} or encode is None or \
             getattr(nvidia, "_BASE_ARGS_FORMAT_LEN", None) != 13 or \

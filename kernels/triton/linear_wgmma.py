@@ -50,7 +50,7 @@ from kernels.triton.launcher import aligned
 from kernels.triton.linear_mma import workspace
 from kernels.triton.linear_wgmma_ws import _ws_linear_kernel
 from kernels.triton.wgmma_config import (  # noqa: F401 (re-exported: the kernel's vocabulary)
-    BLOCK_M_VERIFIED, FORMATS, WgmmaConfig, WgmmaPlan, _layout, weight_format, wgmma_plan)
+    BLOCK_M_VERIFIED, FORMATS, WgmmaConfig, WgmmaPlan, one_layout, weight_format, wgmma_plan)
 from kernels.triton.wgmma_decode import (acc_layout, along, decode, halves, slot_operands,
                                          words_layout, x_copy_layout)
 from kernels.triton import wgmma_tiles
@@ -85,9 +85,13 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     G: gl.constexpr = WARPS * REP  # 16-row groups a tile (the layout's `warps`)
     BLOCK_N: gl.constexpr = 16 * G
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
-    TW: gl.constexpr = BLOCK_N * BLOCK_K // 8  # words a tile
-    TS: gl.constexpr = BLOCK_N * BLOCK_K // 32  # scale bytes a tile
-    TB: gl.constexpr = TW if FMT == 3 else TW // 2  # B words a tile (mxfp8 / mxfp6)
+    # the one layout (fp4_words.ALIGN): 64-row blocks, each K padded to whole 512 codes in
+    # chunks of 128: a chunk holds 1024 words, 256 scale bytes, 512 / 1024 B words (mxfp6 /
+    # mxfp8); a K tile of a block is NBH consecutive chunks, a program G // 4 blocks
+    TW: gl.constexpr = 1024 * NBH  # words a block's K tile
+    TS: gl.constexpr = 256 * NBH  # scale bytes a block's K tile
+    TB: gl.constexpr = TW if FMT == 3 else TW // 2  # B words a block's K tile
+    NB: gl.constexpr = G // 4  # 64-row blocks a program
     D: gl.constexpr = STAGES - 1  # prefetch distance (no wgmma in flight past its iteration)
     WL: gl.constexpr = words_layout(WARPS, NBH)
     MMA: gl.constexpr = acc_layout(WARPS, BLOCK_M)
@@ -108,28 +112,34 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         w_ptr += e.to(gl.int64) * stride_we
         s_ptr += e.to(gl.int64) * stride_se
         b_ptr += e.to(gl.int64) * (stride_we // (TW // TB))  # mxfp6: half as many B words
-    ktiles = (K + BLOCK_K - 1) // BLOCK_K  # the layout pads K to whole tiles
+    ktiles = (K + BLOCK_K - 1) // BLOCK_K  # the K tiles to run (past K: the layout's zeros)
+    chunks = (K + 511) // 512 * 4  # 128-code chunks of a 64-row block in the layout
     k_lo = pid_s * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
-    # tile-relative offsets: words [w][h][b_hi][g][t][b_lo], scale bytes [w][g][h][b] (rank 5:
-    # the t dim reduced away; not a t-replicated rank-6 tensor, whose shared load Triton 3.6
-    # lowers to an ldmatrix that misplaces 8-bit elements)
+    # offsets of a program's first K tile: per chunk, words [w][h][g][t][b_lo], scale bytes
+    # [w][g][h][b_lo] (rank 5: the t dim reduced away; not a t-replicated rank-6 tensor, whose
+    # shared load Triton 3.6 lowers to an ldmatrix that misplaces 8-bit elements); a tile's
+    # chunks b_hi, then its blocks (groups w // 4) a block's chunks apart
     w_i, g_i = along(G, 0, 6, WL), along(8, 1, 6, WL)
     t_i, h_i = along(4, 2, 6, WL), along(2, 3, 6, WL)
     bh_i, bl_i = along(NBH, 4, 6, WL), along(4, 5, 6, WL)
-    woff = w_i * (TW // G) + h_i * (TW // G // 2) + bh_i * 128 + g_i * 16 + t_i * 4 + bl_i
-    soff = (along(G, 0, 5, SL) * (TS // G) + along(8, 1, 5, SL) * (TS // G // 8)
-            + along(2, 2, 5, SL) * (4 * NBH) + along(NBH, 3, 5, SL) * 4 + along(4, 4, 5, SL))
-    wbase = w_ptr + (pid_n * ktiles).to(gl.int64) * TW + woff
+    woff = ((w_i // 4) * (chunks * 1024) + bh_i * 1024 + (w_i % 4) * 256 + h_i * 128 + g_i * 16
+            + t_i * 4 + bl_i)
+    sw_i = along(G, 0, 5, SL)
+    soff = ((sw_i // 4) * (chunks * 256) + along(NBH, 3, 5, SL) * 256 + (sw_i % 4) * 64
+            + along(8, 1, 5, SL) * 8 + along(2, 2, 5, SL) * 4 + along(4, 4, 5, SL))
+    first = (pid_n * NB).to(gl.int64) * chunks  # the program's first block's first chunk
+    wbase = w_ptr + first * 1024 + woff
     if FMT == 3:  # mxfp8: B words in the A words' own order
-        bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + woff
-    else:  # mxfp6: B words [w][h][b_hi][g][t][2] (fp6_words)
+        bbase = b_ptr + first * 1024 + woff
+    else:  # mxfp6: B words per chunk [w][h][g][t][2] (fp6_words)
         BL: gl.constexpr = words_layout(WARPS, NBH, 2)
-        boff = (along(G, 0, 6, BL) * (TB // G) + along(2, 3, 6, BL) * (TB // G // 2)
-                + along(NBH, 4, 6, BL) * 64 + along(8, 1, 6, BL) * 8 + along(4, 2, 6, BL) * 2
+        bw_i = along(G, 0, 6, BL)
+        boff = ((bw_i // 4) * (chunks * 512) + along(NBH, 4, 6, BL) * 512 + (bw_i % 4) * 128
+                + along(2, 3, 6, BL) * 64 + along(8, 1, 6, BL) * 8 + along(4, 2, 6, BL) * 2
                 + along(2, 5, 6, BL))
-        bbase = b_ptr + (pid_n * ktiles).to(gl.int64) * TB + boff
-    sbase = s_ptr + (pid_n * ktiles).to(gl.int64) * TS + soff
+        bbase = b_ptr + first * 512 + boff
+    sbase = s_ptr + first * 256 + soff
     if X_TMA:  # x_ptr: the descriptor; one mbarrier a ring slot
         xptrs, xmask, xc = x_ptr, 0, 0
         xbar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())

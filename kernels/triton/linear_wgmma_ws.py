@@ -105,7 +105,9 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
-    tile0 = gl.program_id(0) * ktiles  # the program's first K tile in the weight's layout
+    # the program's first K tile in the weight's layout (fp4_words.ALIGN: a 64-row block holds
+    # K padded to whole 512 codes: whole tiles of any BLOCK_K)
+    tile0 = gl.program_id(0) * ((K + 511) // 512 * (512 // BLOCK_K))
     row0 = gl.program_id(1) * BLOCK_M
     rows_left = M - row0
     if GROUPED:  # the tile table as the one-partition kernel's (linear_wgmma); a slot past the

@@ -37,7 +37,7 @@ from kernels.spec.contract import QuantKey
 from kernels.spec.formats import get_format
 from kernels.triton import launcher, linear_configs, linear_wgmma, mx_quant
 from kernels.triton.fit import k_slices
-from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
+from kernels.triton.fp4_words import ALIGN, CHUNK_K, WGMMA_WARPS, wgmma_layout
 from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
 from kernels.triton.linear_decode import checked_once, fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
@@ -81,24 +81,25 @@ def config_for(rows: int, num_experts: int, fmt: str, n: int, k: int) -> WgmmaCo
                                      False, n=n, k=k, experts=True)
 
 
-def expert_layout(weight: MXTensor, block_k: int, warps: int = WGMMA_WARPS
-                  ) -> tuple[Tensor, Tensor, Tensor, int, int]:
-    """Every expert's wgmma layout in one buffer: (words, scale bytes, mxfp6 B words (else the
-    words again), words an expert, scale bytes an expert). N is padded to whole tiles of
-    16 * warps rows per expert (zero codes); an expert's B words are half its words."""
+def expert_layout(weight: MXTensor) -> tuple[Tensor, Tensor, Tensor, int, int]:
+    """Every expert's weight in the one wgmma layout (fp4_words.ALIGN: every config reads it),
+    in one buffer: (words, scale bytes, mxfp6 B words (else the words again), words an expert,
+    scale bytes an expert). An expert's N is padded to whole ALIGN[0] rows (zero codes); its
+    B words are half its words."""
     e, n, k = weight.shape
-    rows = 16 * warps
-    pad = -n % rows
+    pad = -n % ALIGN[0]
     scales = torch.nn.functional.pad(weight.scales, (0, 0, 0, pad)).reshape(e * (n + pad), -1)
     if weight.fmt == "mxfp4":
         data = torch.nn.functional.pad(weight.data, (0, 0, 0, pad))
-        words, sbytes = wgmma_layout(data.reshape(e * (n + pad), -1), scales, block_k, warps)
+        words, sbytes = wgmma_layout(data.reshape(e * (n + pad), -1), scales, CHUNK_K,
+                                     WGMMA_WARPS, ALIGN)
         bwords = words
     else:
         codes = unpack_codes(weight.data.reshape(e * n, -1), get_format(weight.fmt),
                              weight.layout, k).reshape(e, n, k)
         codes = torch.nn.functional.pad(codes, (0, 0, 0, pad)).reshape(e * (n + pad), k)
-        words, bwords, sbytes = wgmma_layout_fp6(codes, scales, weight.fmt, block_k, warps)
+        words, bwords, sbytes = wgmma_layout_fp6(codes, scales, weight.fmt, CHUNK_K,
+                                                 WGMMA_WARPS, ALIGN)
     return words, sbytes, bwords, words.numel() // e, sbytes.numel() // e
 
 
@@ -122,10 +123,9 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
         raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "
                          "range (mxfp4 / e2m3: 128, e3m2: 130): no real weight has one; the "
                          "grouped Triton kernel runs such weights")
-    lkey = ("wgmma_moe", cfg.block_k, cfg.groups)
-    layout = cached.get(lkey)
+    layout = cached.get("wgmma_moe")
     if layout is None:
-        layout = cached.setdefault(lkey, expert_layout(weight, cfg.block_k, cfg.groups))
+        layout = cached.setdefault("wgmma_moe", expert_layout(weight))
     words, sbytes, bwords, stride_we, stride_se = layout
     if activation is not None:  # row-wise QDQ: the same bits before or after the gather (once
         # for the T token rows: a config's fuse_act is for dense layers)
@@ -146,7 +146,8 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
            launcher.aligned(x_sorted), x_sorted.stride(0) % 16 == 0)
     operands = (words, bwords, sbytes)
     if cfg.ws:  # the weight by TMA: descriptors of every expert's layout
-        operands = ws_descriptors(cached, (lkey, "ws"), words, bwords, sbytes, cfg.block_k)
+        operands = ws_descriptors(cached, ("wgmma_moe_ws", cfg.block_k), words, bwords, sbytes,
+                                  cfg.block_k)
     launcher.launch(_ws_linear_kernel if cfg.ws else _wgmma_linear_kernel, key,
                     (grid_n, slots, split),
                     (x_descriptor(x_sorted, cfg.block_m, cfg.block_k) if cfg.tma_x else x_sorted,

@@ -16,7 +16,7 @@ from kernels.reference.packing import unpack_codes
 from kernels.spec.formats import get_format
 from kernels.triton import launcher
 from kernels.triton.fit import k_slices
-from kernels.triton.fp4_words import WGMMA_WARPS, wgmma_layout
+from kernels.triton.fp4_words import ALIGN, CHUNK_K, WGMMA_WARPS, wgmma_layout
 from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
 from kernels.triton.fp8_words import fp8_fits, wgmma_layout_fp8
 from kernels.triton.linear_decode import checked_once, fp4_scale_fits
@@ -30,7 +30,7 @@ BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
 @dataclass(frozen=True)
 class WgmmaConfig:
     block_m: int  # activation rows a program: one of BLOCK_M_VERIFIED
-    block_k: int  # a multiple of 128
+    block_k: int  # 128, 256 or 512 (whole 128-code chunks of the layout, up to its K padding)
     split: int  # K slices (1: none)
     stages: int  # shared-memory buffers (>= 2): stages - 1 K tiles in flight
     max_tiles: int = 0  # split-K only while output tiles <= this (0: always); data, not a rule
@@ -51,8 +51,9 @@ class WgmmaConfig:
         if self.block_m not in BLOCK_M_VERIFIED:
             raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
                              f"{BLOCK_M_VERIFIED} (verified on the H200)")
-        if self.block_k % 128 or self.stages < 2 or self.split < 1 or self.max_tiles < 0:
-            raise ValueError(f"WgmmaConfig: block_k={self.block_k} (a multiple of 128), "
+        if self.block_k not in (128, 256, 512) or self.stages < 2 or self.split < 1 or self.max_tiles < 0:
+            raise ValueError(f"WgmmaConfig: block_k={self.block_k} (128, 256 or 512: whole "
+                             "chunks of the one layout, fp4_words.ALIGN), "
                              f"stages={self.stages} (>= 2), split={self.split} (>= 1), "
                              f"max_tiles={self.max_tiles} (>= 0)")
         if self.warps not in (4, 8):
@@ -119,7 +120,7 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     checked once per weight, a device sync). `act`: the activation QDQ the kernel runs (with
     `cfg.fuse_act`: wgmma_tiles.act_facts of the contract's key; () otherwise)."""
     fmt = weight_format(cached["consts"])
-    layout = _layout(cached, fmt, k, cfg.block_k, cfg.groups)
+    layout = one_layout(cached, fmt, k)
     if layout is None:
         return None
     ktiles = -(-k // cfg.block_k)
@@ -134,36 +135,40 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     descs = ()
     if cfg.ws:  # (the Gluon module only where a ws config is planned)
         from kernels.triton.linear_wgmma_ws import ws_descriptors
-        descs = ws_descriptors(cached, ("wgmma", cfg.block_k, cfg.groups, "ws"), words, bwords,
-                               sbytes, cfg.block_k)
+        descs = ws_descriptors(cached, ("wgmma_ws", cfg.block_k), words, bwords, sbytes,
+                               cfg.block_k)
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
                      FORMATS.index(fmt), act, device=words.device.index, descs=descs)
 
 
-def _layout(cached: dict, fmt: str, k: int, block_k: int, warps: int) -> Optional[tuple]:
-    """(words, scale bytes, B words or None) of a prepared weight, built once per K tile and
-    16-row groups a program (`warps`: WgmmaConfig.groups)."""
-    found = cached.get(("wgmma", block_k, warps))
+def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
+    """(words, scale bytes, B words or None) of a prepared weight in the one wgmma layout every
+    config reads (fp4_words.ALIGN: 64-row blocks of 128-code chunks), built once."""
+    found = cached.get(_LAYOUT_KEY)
     if found is not None:
         return found
     data, scales = cached["data"], cached["scales"]
+    shape = (CHUNK_K, WGMMA_WARPS)
     if fmt == "mxfp4":
         if not fp4_scale_fits(cached):
             return None
-        return cached.setdefault(("wgmma", block_k, warps),
-                                 (*wgmma_layout(data, scales, block_k, warps), None))
+        return cached.setdefault(_LAYOUT_KEY,
+                                 (*wgmma_layout(data, scales, *shape, ALIGN), None))
     if fmt == "mxfp8_e4m3":
         if not checked_once(cached, "fp8_fits", lambda: fp8_fits(data, scales)):
             return None
-        a, b, s = wgmma_layout_fp8(data, scales, block_k, warps)
+        a, b, s = wgmma_layout_fp8(data, scales, *shape, ALIGN)
     else:
         if not checked_once(cached, "fp6_scale_fits", lambda: scale_fits(scales, fmt)):
             return None
         codes = data if cached["consts"]["W_PACK"] == 0 else unpack_codes(
             data.view(torch.uint8), get_format(fmt), "packed", k)
-        a, b, s = wgmma_layout_fp6(codes, scales, fmt, block_k, warps)
-    return cached.setdefault(("wgmma", block_k, warps), (a, s, b))
+        a, b, s = wgmma_layout_fp6(codes, scales, fmt, *shape, ALIGN)
+    return cached.setdefault(_LAYOUT_KEY, (a, s, b))
 
 
-__all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "weight_format",
-           "wgmma_plan"]
+_LAYOUT_KEY = "wgmma_layout"
+
+
+__all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "one_layout",
+           "weight_format", "wgmma_plan"]

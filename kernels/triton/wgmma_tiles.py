@@ -103,9 +103,11 @@ def expert_rows(grp_ptr, slot, e, E, BLOCK_M: gl.constexpr):
 def weight_ring(STAGES: gl.constexpr, G: gl.constexpr, NBH: gl.constexpr, FMT: gl.constexpr):
     """A ring of STAGES shared slots for a K tile's words, B words (mxfp6: half a word each,
     mxfp8: a whole one; none for mxfp4) and scale bytes, each in the prepared layout's own
-    order, so a slot is one contiguous run of it (cp.async vectors or one TMA box)."""
-    WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 4, 3, 0])  # 16 B a lane in a row
-    SS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0])
+    order (chunk b_hi, group w, then within a chunk: words [h][g][t][b_lo], scale bytes
+    [g][h][b_lo]), so a 64-row tile is one contiguous run of it (cp.async vectors, or one TMA
+    box); a lane's 16-byte vectors lie side by side along (g, t)."""
+    WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 3, 0, 4])
+    SS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 2, 1, 0, 3])
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WS)
     b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4 if FMT == 3 else 2]
                                        if FMT else [1, 1, 1, 1, 1, 1, 2], WS)

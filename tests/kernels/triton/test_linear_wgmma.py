@@ -78,6 +78,97 @@ def test_layout_refuses_partial_blocks_and_odd_tiles() -> None:
         fw.wgmma_layout(w.data[:, :152], w.scales[:, :9], 128)
 
 
+def gathered(one: torch.Tensor, per_chunk: int, inner: tuple, pid_n: int, t: int, groups: int,
+             nbh: int, chunks: int) -> torch.Tensor:
+    """The kernel's read of K tile t of program pid_n from the one layout (its offsets, in
+    torch): blocks of `chunks` chunks, a chunk `per_chunk` elements [4 groups of 16 rows][inner]
+    -> [groups, nbh, *inner] (group, chunk of the tile, the chunk's own order)."""
+    g = torch.arange(groups)[:, None, None]
+    bh = torch.arange(nbh)[None, :, None]
+    e = torch.arange(per_chunk // 4)[None, None, :]
+    first = pid_n * (groups // 4) * chunks + t * nbh
+    off = (first + (g // 4) * chunks + bh) * per_chunk + (g % 4) * (per_chunk // 4) + e
+    return one[off].reshape(groups, nbh, *inner)
+
+
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"))
+def test_every_config_reads_its_tiles_from_the_one_layout(fmt: str) -> None:
+    """One copy of a weight serves every (K tile, row groups) of the table: the words, B words
+    and scale bytes a program of any config reads from the one layout (the kernels' offsets:
+    block w // 4 of the program, chunk t * NBH + b_hi of the block) are exactly the tile of
+    that config's own layout (the per-config layouts of before); K padded to whole 512 and N
+    to whole 128 rows, so no tile runs past its block or the buffer."""
+    from kernels.triton.fp6_words import wgmma_layout_fp6
+    from kernels.triton.fp8_words import wgmma_layout_fp8
+
+    gen = torch.Generator().manual_seed(len(fmt))
+    n, k = 200, 1440  # N: 3.1 blocks of 64, K: 2.8 of 512
+    if fmt == "mxfp4":
+        w = fp4_weight(n, k, gen)
+        build = lambda bk, warps, align=(1, 1): (
+            *fw.wgmma_layout(w.data, w.scales, bk, warps, align), None)[:3]
+    elif fmt == "mxfp8_e4m3":
+        w = fp8_weight(n, k, gen)
+        build = lambda bk, warps, align=(1, 1): \
+            wgmma_layout_fp8(w.data, w.scales, bk, warps, align)[::2] + \
+            (wgmma_layout_fp8(w.data, w.scales, bk, warps, align)[1],)
+    else:
+        w = fp6_weight(fmt, n, k, "unpacked", gen)
+        build = lambda bk, warps, align=(1, 1): \
+            wgmma_layout_fp6(w.data, w.scales, fmt, bk, warps, align)[::2] + \
+            (wgmma_layout_fp6(w.data, w.scales, fmt, bk, warps, align)[1],)
+    one_w, one_s, one_b = build(128, 4, fw.ALIGN)  # (words, scale bytes, B words or None)
+    chunks = -(-k // 512) * 4
+    assert one_w.numel() == 4 * chunks * 1024 and one_s.numel() == 4 * chunks * 256  # 4 blocks
+    b_inner = (2, 8, 4, 4) if fmt == "mxfp8_e4m3" else (2, 8, 4, 2)  # [h][g][t][b_lo | y]
+    for block_k in (128, 256, 512):
+        nbh = block_k // 128
+        for groups in (4, 8):
+            old_w, old_s, old_b = build(block_k, groups)
+            rows = 16 * groups
+            tw, ts = rows * block_k // 8, rows * block_k // 32
+            for pid_n in range(-(-n // rows)):
+                for t in range(-(-k // block_k)):
+                    tile = pid_n * -(-k // block_k) + t
+                    # words: old tile [w][h][b_hi][g][t][b_lo] == gathered [w][b_hi][h][g][t][b_lo]
+                    want = old_w[tile * tw:(tile + 1) * tw].reshape(groups, 2, nbh, 8, 4, 4)
+                    got = gathered(one_w, 1024, (2, 8, 4, 4), pid_n, t, groups, nbh, chunks)
+                    assert torch.equal(got, want.permute(0, 2, 1, 3, 4, 5)), (block_k, groups)
+                    # scale bytes: old [w][g][h][b_hi][b_lo] == gathered [w][b_hi][g][h][b_lo]
+                    want = old_s[tile * ts:(tile + 1) * ts].reshape(groups, 8, 2, nbh, 4)
+                    got = gathered(one_s, 256, (8, 2, 4), pid_n, t, groups, nbh, chunks)
+                    assert torch.equal(got, want.permute(0, 3, 1, 2, 4)), (block_k, groups)
+                    if one_b is not None:  # mxfp6 half as many B words, mxfp8 as many
+                        tb = tw * b_inner[-1] // 4
+                        want = old_b[tile * tb:(tile + 1) * tb].reshape(groups, 2, nbh, 8, 4,
+                                                                       b_inner[-1])
+                        got = gathered(one_b, 256 * b_inner[-1], b_inner, pid_n, t, groups,
+                                       nbh, chunks)
+                        assert torch.equal(got, want.permute(0, 2, 1, 3, 4, 5)), block_k
+
+
+def test_the_ring_slot_reads_a_tile_run_in_the_layout_s_order() -> None:
+    """The ws kernel copies a 64-row tile's run of the one layout into a ring slot as it lies
+    (one TMA box); the slot's shared layout (wgmma_tiles.weight_ring) must read it back in the
+    consumers' logical order [w, g, t, h, b_hi, b_lo] (scale bytes [w, g, h, b_hi, b_lo]):
+    its order lists the dims fastest first, so memory holds b_hi, w, h, g, t, b_lo."""
+    import ast
+    import inspect
+
+    src = inspect.getsource(wgmma_tiles.weight_ring.fn)
+    orders = [ast.literal_eval(o) for o in
+              __import__("re").findall(r"SwizzledSharedLayout\(1, 1, 1, (\[[^]]*\])\)", src)]
+    words_order, scale_order = orders
+    run = torch.arange(4 * 2 * 2 * 8 * 4 * 4)  # a 64-row tile of 2 chunks, flat
+    logical = run.reshape(2, 4, 2, 8, 4, 4).permute(1, 3, 4, 2, 0, 5)  # -> [w, g, t, h, bh, bl]
+    # memory order (slowest first) of the logical dims, read off the shared layout's order
+    slowest_first = list(reversed(words_order))
+    assert torch.equal(logical.permute(*slowest_first).reshape(-1), run)
+    run = torch.arange(4 * 8 * 2 * 2 * 4)
+    logical = run.reshape(2, 4, 8, 2, 4).permute(1, 2, 3, 0, 4)  # -> [w, g, h, bh, bl]
+    assert torch.equal(logical.permute(*reversed(scale_order)).reshape(-1), run)
+
+
 def test_unavailable_says_why() -> None:
     cfg = lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)
     bf = torch.bfloat16
@@ -481,8 +572,9 @@ gpu = pytest.mark.skipif(not ON_SM90, reason="wgmma runs on sm_90 only; the CPU 
 def test_configs_past_the_verified_tiles_are_refused() -> None:
     with pytest.raises(ValueError, match=r"block_m=48 is not one of \(8, 16, 32, 64, 128\)"):
         lw.WgmmaConfig(block_m=48, block_k=128, split=2, stages=4)
-    with pytest.raises(ValueError, match=r"block_k=96 \(a multiple of 128\)"):
-        lw.WgmmaConfig(block_m=16, block_k=96, split=2, stages=4)
+    for block_k in (96, 384, 1024):  # whole chunks of the one layout, up to its K padding
+        with pytest.raises(ValueError, match=rf"block_k={block_k} \(128, 256 or 512"):
+            lw.WgmmaConfig(block_m=16, block_k=block_k, split=2, stages=4)
     with pytest.raises(ValueError, match=r"stages=1 \(>= 2\)"):
         lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=1)
     with pytest.raises(ValueError, match=r"max_tiles=-1 \(>= 0\)"):
@@ -688,11 +780,10 @@ def test_a_prepared_fp6_weight_gets_the_layout_its_decoder_reads(fmt: str, layou
     cached = prepare_tensors(KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None)))
     assert lw.weight_format(cached["consts"]) == fmt
     want = mx_dequantize(w, torch.float32, backend="reference")
-    for warps in (4, 8):  # one layout per warps a program, each built once
-        words, sbytes, bwords = lw._layout(cached, fmt, 320, 256, warps)
-        assert lw._layout(cached, fmt, 320, 256, warps)[0] is words
-        got = wgmma_decode_fp6(words, bwords, sbytes, fmt, 70, 320, 256, warps)[:, :320]
-        assert same_values(got, want)
+    words, sbytes, bwords = lw.one_layout(cached, fmt, 320)  # one layout, built once
+    assert lw.one_layout(cached, fmt, 320)[0] is words
+    got = wgmma_decode_fp6(words, bwords, sbytes, fmt, 128, 512, 128)  # (padded: fw.ALIGN)
+    assert same_values(got[:70, :320], want) and not got[:70, 320:].any()
 
 
 @gpu
@@ -829,8 +920,8 @@ def test_fused_activation_qdq_is_the_dispatchers(act: str, monkeypatch: pytest.M
 
 
 def test_a_prepared_fp8_weight_gets_the_layout_its_decoder_reads() -> None:
-    """The host path (constexprs -> format, the fits check kept, the layout built once per K
-    tile and warps) on a prepared e4m3 weight; it decodes through the PTX's twin to the
+    """The host path (constexprs -> format, the fits check kept, the one layout built once) on
+    a prepared e4m3 weight; it decodes through the PTX's twin to the
     reference (CPU). A weight holding an e4m3 NaN code gets no layout (the table moves on)."""
     from kernels.triton.fp8_words import wgmma_decode_fp8
     from kernels.triton.linear_tiles import prepare_tensors
@@ -840,15 +931,14 @@ def test_a_prepared_fp8_weight_gets_the_layout_its_decoder_reads() -> None:
     cached = prepare_tensors(KERNEL.prepare(w, contract))
     assert lw.weight_format(cached["consts"]) == "mxfp8_e4m3"
     want = mx_dequantize(w, torch.float32, backend="reference")
-    for warps in (4, 8):
-        words, sbytes, bwords = lw._layout(cached, "mxfp8_e4m3", 320, 256, warps)
-        assert lw._layout(cached, "mxfp8_e4m3", 320, 256, warps)[0] is words
-        got = wgmma_decode_fp8(words, bwords, sbytes, 70, 320, 256, warps)[:, :320]
-        assert same_values(got, want)
+    words, sbytes, bwords = lw.one_layout(cached, "mxfp8_e4m3", 320)
+    assert lw.one_layout(cached, "mxfp8_e4m3", 320)[0] is words
+    got = wgmma_decode_fp8(words, bwords, sbytes, 128, 512, 128)  # (padded: fw.ALIGN)
+    assert same_values(got[:70, :320], want) and not got[:70, 320:].any()
     bad = MXTensor(w.data.clone(), w.scales, w.fmt, w.rounding, w.shape, w.layout)
     bad.data[5, 9] = 0x7F
-    assert lw._layout(prepare_tensors(KERNEL.prepare(bad, contract)), "mxfp8_e4m3", 320, 256,
-                      4) is None
+    assert lw.one_layout(prepare_tensors(KERNEL.prepare(bad, contract)), "mxfp8_e4m3",
+                         320) is None
 
 
 @gpu
@@ -921,3 +1011,31 @@ def test_x_by_tma_matches_the_reference(fmt: str, monkeypatch: pytest.MonkeyPatc
                     assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (
                         n, k, m, split, act)
                     assert close(got, reference_bf16(x, prepared, b)), (n, k, m, split, act)
+
+
+def test_one_copy_of_the_weight_serves_every_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configs of every K tile and row-group count (one and two warpgroups, rep 2, ws) run off
+    the same prepared buffers: one layout in the weight's cache, whatever the M buckets ran
+    (before: a copy per (K tile, row groups) in use)."""
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    configs = {1: lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4),
+               16: lw.WgmmaConfig(block_m=16, block_k=512, split=1, stages=4, tma_x=True,
+                                  ws=True),
+               32: lw.WgmmaConfig(block_m=32, block_k=128, split=4, stages=3, rep=2),
+               64: lw.WgmmaConfig(block_m=64, block_k=256, split=1, stages=3, warps=8),
+               128: lw.WgmmaConfig(block_m=128, block_k=128, split=1, stages=4, tma_x=True,
+                                   ws=True)}
+    general, _ = record_launches(monkeypatch, None)
+    monkeypatch.setattr(le, "strategy_for",
+                        lambda m, *a, **k: ("wgmma", configs[linear_configs.m_bucket(m)]))
+    prepared = KERNEL.prepare(fp4_weight(200, 1440, torch.Generator().manual_seed(2)),
+                              SchemeContract(weight=key("mxfp4"), activation=None))
+    for m in configs:
+        fused_linear(torch.randn(m, 1440).to(torch.bfloat16), prepared)
+    cached = prepared.cache[le._CACHE_KEY]
+    words = cached["wgmma_layout"][0]
+    assert not [k for k in cached if isinstance(k, tuple) and k and k[0] == "wgmma"]
+    assert len(general) == len(configs)
+    for _, _, _, args in general:
+        w = args["w_ptr"]
+        assert (w.base if hasattr(w, "base") else w).data_ptr() == words.data_ptr()

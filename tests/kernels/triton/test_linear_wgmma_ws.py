@@ -86,30 +86,31 @@ def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> 
         assert on.config.ws, row  # the rows serve N = 8192 (no wide-layer class)
 
 
-@pytest.mark.parametrize("block_k", (128, 256))
+@pytest.mark.parametrize("block_k", (128, 256, 512))
 @pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"))
 def test_each_tiles_box_is_that_tiles_run_of_the_layout(fmt: str, block_k: int) -> None:
     """Box t of each descriptor (rows t * box_rows ...) holds exactly K tile t's words, B words
-    and scale bytes of the prepared layout (64-row tiles, tiles in (N tile, K tile) order);
-    the descriptors are built once a layout."""
+    and scale bytes of the one layout (64-row blocks, each K padded to whole 512: whole tiles
+    of any block_k, in (block, K tile) order); the descriptors are built once a layout and
+    K tile."""
     gen = torch.Generator().manual_seed(block_k + len(fmt))
     n, k = 136, 640
     if fmt == "mxfp4":
         w = fp4_weight(n, k, gen)
-        words, sbytes = fw.wgmma_layout(w.data, w.scales, block_k, 4)
+        words, sbytes = fw.wgmma_layout(w.data, w.scales, 128, 4, fw.ALIGN)
         bwords = None
     elif fmt == "mxfp8_e4m3":
         from kernels.triton.fp8_words import wgmma_layout_fp8
         w = e4m3_weight(n, k, gen)
-        words, bwords, sbytes = wgmma_layout_fp8(w.data, w.scales, block_k, 4)
+        words, bwords, sbytes = wgmma_layout_fp8(w.data, w.scales, 128, 4, fw.ALIGN)
     else:
         w = fp6_weight(fmt, n, k, "unpacked", gen)
-        words, bwords, sbytes = wgmma_layout_fp6(w.data, w.scales, fmt, block_k, 4)
+        words, bwords, sbytes = wgmma_layout_fp6(w.data, w.scales, fmt, 128, 4, fw.ALIGN)
     cache: dict = {}
     dw, db, ds = ws.ws_descriptors(cache, "layout", words, bwords, sbytes, block_k)
     again = ws.ws_descriptors(cache, "layout", words, bwords, sbytes, block_k)  # built once
     assert all(a is b for a, b in zip(again, (dw, db, ds)))
-    tiles = -(-n // 64) * -(-k // block_k)
+    tiles = -(-n // 128) * 2 * -(-k // 512) * (512 // block_k)
     for desc, src, per_tile in ((dw, words, 8 * block_k), (ds, sbytes, 2 * block_k),
                                 (db, words if bwords is None else bwords,
                                  (words if bwords is None else bwords).numel() // tiles)):

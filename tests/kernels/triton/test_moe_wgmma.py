@@ -51,30 +51,30 @@ def experts6(fmt: str, e: int, n: int, k: int, layout: str, gen: torch.Generator
 
 
 @pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2"))
-@pytest.mark.parametrize("e,n,k,block_k,warps", [(3, 64, 256, 256, 4), (2, 40, 2880, 256, 4),
-                                                 (4, 136, 384, 128, 4), (3, 200, 384, 128, 8),
-                                                 (2, 40, 2880, 256, 8)])
-def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, k: int,
-                                                      block_k: int, warps: int) -> None:
-    """warps = 8: two warpgroups, N padded to whole 128-row tiles per expert."""
+@pytest.mark.parametrize("e,n,k", [(3, 64, 256), (2, 40, 2880), (4, 136, 384), (3, 200, 384)])
+def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, k: int) -> None:
+    """Every expert in the one layout (fp4_words.ALIGN): its N padded to whole 128 rows and K to
+    whole 512 codes (+0), experts a whole number of blocks apart."""
     from kernels.triton.fp6_words import wgmma_decode_fp6
 
-    gen = torch.Generator().manual_seed(e * n + k + len(fmt) + warps)
+    gen = torch.Generator().manual_seed(e * n + k + len(fmt))
     w = experts(e, n, k, gen, nan_blocks=5) if fmt == "mxfp4" else \
         experts6(fmt, e, n, k, "packed" if e % 2 else "unpacked", gen)
-    words, sbytes, bwords, stride_we, stride_se = moe_wgmma.expert_layout(w, block_k, warps)
-    assert stride_we == -(-n // (16 * warps)) * 16 * warps * -(-k // block_k) * block_k // 8
+    words, sbytes, bwords, stride_we, stride_se = moe_wgmma.expert_layout(w)
+    n_pad, k_pad = -(-n // 128) * 128, -(-k // 512) * 512
+    assert stride_we == n_pad * k_pad // 8 and stride_se == n_pad * k_pad // 32
     assert words.numel() == e * stride_we and sbytes.numel() == e * stride_se
     want = mx_dequantize(w, torch.float32, backend="reference")
     for i in range(e):
         cut = slice(i * stride_we, (i + 1) * stride_we)
         s = sbytes[i * stride_se:(i + 1) * stride_se]
-        got = fw.wgmma_decode(words[cut], s, n, k, block_k, warps) if fmt == "mxfp4" else \
+        got = fw.wgmma_decode(words[cut], s, n_pad, k_pad, 128) if fmt == "mxfp4" else \
             wgmma_decode_fp6(words[cut], bwords[i * stride_we // 2:(i + 1) * stride_we // 2], s,
-                             fmt, n, k, block_k, warps)
+                             fmt, n_pad, k_pad, 128)
         nan = want[i].isnan()
-        assert torch.equal(got[:, :k].isnan(), nan)
-        assert torch.equal(got[:, :k][~nan], want[i][~nan]) and not got[:, k:].any()
+        assert torch.equal(got[:n, :k].isnan(), nan)
+        assert torch.equal(got[:n, :k][~nan], want[i][~nan]) and not got[:n, k:].any()
+        assert not got[n:].any()
 
 
 def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
