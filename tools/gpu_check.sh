@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check every change to kernels/ closes on (issue 12): in ONE run on a GPU machine,
-#   1. the WHOLE test suite under pytest-xdist (`python3 -m pytest -q -n $WORKERS`),
+#   1. the WHOLE test suite under pytest-xdist (`python3 -m pytest -v -n $WORKERS`),
 #   2. `registry lint --probe` (every (scheme, kernel) pair this machine runs, recorded),
 #   3. a short `registry bench` sanity row (w_mxfp4, 8192x8192, M = 1 and 4096, vs bf16),
 # then a dated summary (device, driver, torch, triton, passed / failed, probe, bench) appended
@@ -40,14 +40,22 @@ PYTEST_S=${PYTEST_S:-560}
 TEST_S=${TEST_S:-200}
 per_test=()
 python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "$TEST_S" --timeout-method thread)
-timeout "$PYTEST_S" python3 -m pytest -q -n "$WORKERS" -p no:cacheprovider --durations=25 \
-  "${per_test[@]}" > "$OUT/pytest.log" 2>&1
+# -v: each test's result is in the log as it finishes, so a run stopped by the limit still
+# names its failures (2026-12-03: a -q run stopped at 97 % said "3 failed" and not which);
+# worksteal: idle workers take queued tests from busy ones (the last 2-3 % of a run were long
+# GPU tests queued behind each other on a few workers). pytest-xdist >= 3.2 has it.
+dist=(--dist worksteal)
+python3 -c "import sys, xdist; sys.exit(tuple(map(int, xdist.__version__.split('.')[:2])) < (3, 2))" \
+  2>/dev/null || dist=()
+timeout "$PYTEST_S" python3 -m pytest -v -n "$WORKERS" "${dist[@]}" -p no:cacheprovider \
+  --durations=25 "${per_test[@]}" > "$OUT/pytest.log" 2>&1
 pytest_rc=$?
+failed='(^|\] )(FAILED|ERROR) tests/'  # -v under xdist: "[gw3] [ 61%] FAILED tests/..."
 tests=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$OUT/pytest.log" | tail -1 | tr -d '=' | xargs)
 if [ $pytest_rc -eq 124 ]; then  # killed by the timeout: say so, with how far it got
-  tests="TIMED OUT after ${PYTEST_S} s ($(grep -oE '\[ *[0-9]+%\]' "$OUT/pytest.log" | tail -1) done, $(grep -cE '^(FAILED|ERROR)' "$OUT/pytest.log") failures listed); raise PYTEST_S"
+  tests="TIMED OUT after ${PYTEST_S} s ($(grep -oE '\[ *[0-9]+%\]' "$OUT/pytest.log" | tail -1) done, $(grep -cE "$failed" "$OUT/pytest.log") failures listed); raise PYTEST_S"
 fi
-grep -E '^(FAILED|ERROR)' "$OUT/pytest.log" | head -40
+grep -E "$failed" "$OUT/pytest.log" | sort -u | head -40
 echo "pytest rc=$pytest_rc: ${tests:-no summary line}"
 
 python3 -m registry lint --probe > "$OUT/probe.txt" 2>&1
@@ -93,7 +101,7 @@ commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "unknown")}
   echo
   echo "| check | rc | result |"
   echo "|---|---:|---|"
-  echo "| whole suite, \`pytest -q -n $WORKERS\` | $pytest_rc | ${tests:-no summary line} |"
+  echo "| whole suite, \`pytest -v -n $WORKERS ${dist[*]}\` | $pytest_rc | ${tests:-no summary line} |"
   echo "| \`registry lint --probe\` | $probe_rc | ${probe:-see probe.txt} |"
   echo "| \`registry bench w_mxfp4\` 8192x8192 | $bench_rc | ${bench:-see bench.txt} |"
 } | tee "$OUT/gpu_check_summary.md" >> docs/verification.md
