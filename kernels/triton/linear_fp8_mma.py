@@ -11,6 +11,8 @@ codes x 2**Ea are the QDQ'd activation exactly); a NaN/Inf block (scale byte 0xF
 Numerics vs the reference (QDQ'd bf16 activation, fp32 weight, fp32 F.linear): the same exact
 products; only the summation differs — the tensor core's own fp32 adds inside a 32-wide slice.
 M <= 16 runs the emulation decode kernel instead (weight-read bound; the same numerics).
+On sm_90, e4m3 x e4m3 with bf16 output runs the warp-specialized Gluon kernel of
+linear_fp8_ws.py instead (gated: `linear_fp8_ws.VERIFIED`).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from torch import Tensor
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.reference.linear import check_bias, check_input
 from kernels.spec.formats import BLOCK, get_format
-from kernels.triton import fit, mx_quant
+from kernels.triton import fit, linear_fp8_ws, mx_quant
 from kernels.triton.linear_emulation import DECODE_MAX_M, fused_linear
 from kernels.triton.mx_codec import KIND_OF_DTYPE, e8m0_value, store_fp32
 
@@ -119,6 +121,9 @@ def fp8_mma_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = No
     a_codes, a_scales = mx_quant.quantize(x2d, get_format(key.format), key.scale.rounding)
     a = a_codes.view(_FP8_DTYPES[key.format])
     out = torch.empty((m, n), dtype=out_dtype, device=x.device)
+    if ws_unavailable(x, key.format, wfmt, out_dtype) is None:  # the warp-specialized kernel
+        _run_ws(a, a_scales, w, bias, out)
+        return out.view(*lead, n)
     cfg = config or (INTERPRETER_CONFIG if mx_quant._INTERPRETED else GPU_CONFIG)
     bias32 = None if bias is None else bias.to(torch.float32).contiguous()
 
@@ -135,6 +140,43 @@ def fp8_mma_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = No
                        lambda c: fit.smaller_configs(c, stages="stages",
                                                      blocks=(("block_n", 16), ("block_m", 16))))
     return out.view(*lead, n)
+
+
+def ws_unavailable(x: Tensor, afmt: str, wfmt: str, out_dtype: torch.dtype) -> str | None:
+    """Why the warp-specialized Gluon kernel (linear_fp8_ws) cannot run a call (None: it can);
+    the Triton kernel above runs it then."""
+    if not linear_fp8_ws.VERIFIED:
+        return "the warp-specialized fp8 kernel: written, not yet verified on a GPU"
+    if afmt != "mxfp8_e4m3" or wfmt != "mxfp8_e4m3":
+        return "e4m3 activations and weights only"
+    if out_dtype != torch.bfloat16:
+        return "bf16 output only"
+    if mx_quant._INTERPRETED or not x.is_cuda or torch.version.hip is not None or \
+            torch.cuda.get_device_capability(x.device) != (9, 0):
+        return "sm_90 only (fp8 wgmma, TMA)"
+    return None
+
+
+def _run_ws(a: Tensor, a_scales: Tensor, w: dict, bias: Tensor | None, out: Tensor) -> None:
+    """One launch of linear_fp8_ws's kernel: a [M, K] e4m3 codes, a_scales [M, K / 32]."""
+    m, k = a.shape
+    n = out.shape[1]
+    block_n, stages = WS_CONFIG
+    weight = w.get(("ws", block_n))
+    if weight is None:  # the weight's descriptors: built once
+        weight = w.setdefault(("ws", block_n), linear_fp8_ws.operands(w["codes"], w["scales"],
+                                                                      block_n))
+    act = linear_fp8_ws.operands(a, a_scales, linear_fp8_ws.BLOCK_M)
+    bias32 = out if bias is None else bias.to(torch.float32).contiguous()
+    grid = (triton.cdiv(m, linear_fp8_ws.BLOCK_M), triton.cdiv(n, block_n))
+    linear_fp8_ws._fp8_ws_kernel[grid](*act, *weight, bias32, out, m, n, k,
+                                      out.stride(0), HAS_BIAS=bias is not None, BLOCK_N=block_n,
+                                      STAGES=stages, num_warps=4)
+
+
+# (BLOCK_N, STAGES) of the warp-specialized kernel: 128 x 128 tiles, 4 stages (135 KB of shared
+# memory, one CTA an SM). Not yet measured: the first H200 run decides (tools/gpu_sweeps.sh).
+WS_CONFIG = (128, 4)
 
 
 def _weight_operands(prepared: PreparedWeight) -> dict:

@@ -1,0 +1,176 @@
+"""The warp-specialized MXFP8 x MXFP8 kernel on fp8 tensor cores (kernels/triton/linear_fp8_ws.py).
+
+On the CPU (CI): the K-major scale layout its TMA boxes read, the gate and the routing, and the
+kernel compiled for sm_90a (its wgmmas are e4m3, every copy by TMA with the bytes each slot's
+barrier expects, the register split, no spills). On an sm_90 GPU: the kernel against the
+reference oracle and the Triton fp8 kernel, with M / N / K tails, bias, and NaN / Inf / zero /
+subnormal blocks of both operands.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels.base import load_kernel
+from kernels.mx import MXTensor, mx_dequantize
+from kernels.spec.contract import QuantKey, SchemeContract
+from kernels.triton import linear_fp8_mma as fm
+from kernels.triton import linear_fp8_ws as fw
+
+KERNEL = load_kernel("triton-fp8-mma")
+REFERENCE = load_kernel("reference-emulation")
+ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+E4M3 = QuantKey.mx("mxfp8_e4m3", rounding="even", static=True)
+E4M3_DYN = QuantKey.mx("mxfp8_e4m3", rounding="even", static=False)
+
+
+def test_scales_are_laid_out_k_major_with_rows_padded_to_16_bytes() -> None:
+    s = torch.randint(0, 256, (37, 9), dtype=torch.uint8)
+    t = fw.k_major_scales(s)
+    assert t.shape == (9, 48) and t.dtype == torch.uint8
+    assert torch.equal(t[:, :37], s.t()) and not t[:, 37:].any()
+
+
+def test_the_kernel_is_gated_and_says_why() -> None:
+    x = torch.zeros(4, 64)
+    assert not fw.VERIFIED
+    assert "not yet verified" in fm.ws_unavailable(x, "mxfp8_e4m3", "mxfp8_e4m3", torch.bfloat16)
+
+
+def test_where_it_is_open_it_takes_e4m3_bf16_on_sm90_only(monkeypatch) -> None:
+    monkeypatch.setattr(fw, "VERIFIED", True)
+    x = torch.zeros(4, 64)
+    bf = torch.bfloat16
+    assert fm.ws_unavailable(x, "mxfp8_e5m2", "mxfp8_e4m3", bf) == "e4m3 activations and " \
+        "weights only"
+    assert fm.ws_unavailable(x, "mxfp8_e4m3", "mxfp8_e4m3", torch.float32) == "bf16 output only"
+    assert fm.ws_unavailable(x, "mxfp8_e4m3", "mxfp8_e4m3", bf) == "sm_90 only (fp8 wgmma, TMA)"
+
+
+_COMPILE = """
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from kernels.triton import linear_fp8_ws as f
+kern = f._fp8_ws_kernel
+found = []
+for c in json.loads(sys.stdin.read()):
+    bn = c["BLOCK_N"]
+    ptrs = {"a_desc": f"tensordesc<fp8e4nv[128, 32],{f.CODES.value!r}>",
+            "sa_desc": f"tensordesc<u8[4, 128],{f.SCALES.value!r}>",
+            "b_desc": f"tensordesc<fp8e4nv[{bn}, 32],{f.CODES.value!r}>",
+            "sb_desc": f"tensordesc<u8[4, {bn}],{f.SCALES.value!r}>",
+            "bias_ptr": "*fp32", "out_ptr": "*bf16"}
+    sig = {n: "constexpr" if n in c else ptrs.get(n, "i32") for n in kern.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kern.arg_names)
+             if n in ("bias_ptr", "out_ptr", "K", "stride_o")}
+    try:
+        ptx = triton.compile(GluonASTSource(kern, sig, c, attrs), target=GPUTarget("cuda", 90, 32),
+                             options=dict(num_warps=4)).asm["ptx"]
+    except Exception as e:  # reported by the case's own test
+        found.append({"error": f"{type(e).__name__}: {e}"[-3000:]})
+        continue
+    got = {p: len(re.findall(p, ptx)) for p in (
+        r"wgmma\\.mma_async", r"wgmma\\.mma_async[^;]*\\.e4m3\\.e4m3", r"cp\\.async\\.bulk\\.tensor",
+        r"ld\\.local", r"st\\.local")}
+    expect = r"expect_tx\\.shared(?:::cta)?\\.b64 _, \\[%r\\d+\\], (\\d+)"
+    regs = r"setmaxnreg\\.\\w+\\.sync\\.aligned\\.u32\\s+(\\d+)"
+    got["expect"] = sorted(set(int(b) for b in re.findall(expect, ptx)))
+    got["setmaxnreg"] = sorted(set(int(r) for r in re.findall(regs, ptx)))
+    found.append(got)
+print(json.dumps(found))
+"""
+
+CASES = [dict(BLOCK_N=128, STAGES=4, HAS_BIAS=True), dict(BLOCK_N=64, STAGES=4, HAS_BIAS=False),
+         dict(BLOCK_N=256, STAGES=3, HAS_BIAS=False)]
+
+
+@pytest.fixture(scope="module")
+def compiled() -> list:
+    """Every case compiled in one fresh process (no TRITON_INTERPRET: it patches triton)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]),
+                                         env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
+                         text=True, timeout=900, input=json.dumps(CASES))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[
+    "-".join(f"{k}{v}" for k, v in c.items()) for c in CASES])
+def test_the_kernel_compiles_for_sm90(index: int, compiled: list) -> None:
+    """For sm_90a (no GPU needed): each consumer's four e4m3 wgmmas a K tile (one a 32-wide
+    scale block, so 8 in the code); 10 TMA copies a tile (4 + 4 code boxes, 2 scale boxes) and
+    the slot's barrier expecting exactly their bytes; setmaxnreg 40 / 232; no spills."""
+    c, found = CASES[index], compiled[index]
+    assert "error" not in found, found.get("error")
+    assert found[r"wgmma\.mma_async"] == 8
+    assert found[r"wgmma\.mma_async[^;]*\.e4m3\.e4m3"] == 8
+    assert found[r"cp\.async\.bulk\.tensor"] == 10
+    assert found["expect"] == [(128 + c["BLOCK_N"]) * 128 + 4 * (128 + c["BLOCK_N"])]
+    assert {40, 232} <= set(found["setmaxnreg"])
+    assert found[r"ld\.local"] == 0 and found[r"st\.local"] == 0
+
+
+gpu = pytest.mark.skipif(not ON_SM90, reason="fp8 wgmma and TMA: sm_90 only; the CPU tests "
+                         "above check the layout, the gate and the compiled kernel")
+
+
+def oracle(x, prepared, bias):
+    xq = REFERENCE.qdq_activation(x, prepared, backend="reference")
+    w = mx_dequantize(prepared.weight, torch.float32, backend="reference")
+    return F.linear(xq.float(), w, None if bias is None else bias.float())
+
+
+def rel_err(got, want) -> float:
+    ok = want.isfinite()
+    return float((got[ok].double() - want[ok].double()).norm() / want[ok].double().norm())
+
+
+@gpu
+def test_matches_the_reference_and_the_triton_kernel(monkeypatch) -> None:
+    """bf16 out; M / N / K tails (K = 2880: 22.5 tiles of 128), bias; activation rows with a
+    zero, a subnormal, an Inf and a NaN block; a weight block scaled NaN (0xFF) and one at the
+    smallest scale (byte 0): NaN where the reference has NaN, close elsewhere, and close to the
+    Triton fp8 kernel (the same math: a wgmma a 32-wide slice, scaled and added in K order)."""
+    gen = torch.Generator().manual_seed(11)
+    for m, n, k in ((200, 200, 1024), (1000, 384, 2880), (17, 130, 256), (4096, 256, 512)):
+        w = torch.randn(n, k, generator=gen).cuda()
+        prepared = KERNEL.prepare(w, SchemeContract(weight=E4M3, activation=E4M3_DYN))
+        weight = prepared.weight
+        scales = weight.scales.clone()
+        scales[3, 1] = 0xFF
+        scales[5, 0] = 0
+        prepared.weight = MXTensor(weight.data, scales, weight.fmt, weight.rounding,
+                                   weight.shape, weight.layout)
+        prepared.cache.clear()
+        KERNEL.finish_prepare(prepared)
+        x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+        x[0, :32] = 0.0
+        x[1, 32:64] = 2.0 ** -130
+        x[2, 64] = float("inf")
+        x[m - 1, k - 5] = float("nan")
+        bias = torch.randn(n, generator=gen).cuda()
+        for b in (None, bias):
+            monkeypatch.setattr(fw, "VERIFIED", False)
+            triton_out = fm.fp8_mma_linear(x, prepared, b, out_dtype=torch.bfloat16)
+            monkeypatch.setattr(fw, "VERIFIED", True)
+            got = fm.fp8_mma_linear(x, prepared, b, out_dtype=torch.bfloat16)
+            again = fm.fp8_mma_linear(x, prepared, b, out_dtype=torch.bfloat16)
+            want = oracle(x, prepared, b)
+            case = (m, n, k, b is not None)
+            assert torch.equal(got.view(torch.int16), again.view(torch.int16)), case
+            assert torch.equal(got.isnan(), want.isnan()), case
+            assert torch.equal(got.isinf(), want.isinf()), case
+            assert rel_err(got.float(), want) <= 4e-3, case  # bf16 output
+            assert rel_err(got.float(), triton_out.float()) <= 4e-3, case
+            assert ("ws", fm.WS_CONFIG[0]) in prepared.cache[fm._CACHE_KEY], "ws path taken"
