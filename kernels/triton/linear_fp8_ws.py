@@ -9,8 +9,9 @@ Triton kernel (linear_fp8_mma.py) the loads, the wgmma and that rescale run one 
 in every warp: 0.23x bf16 at M = 4096 on the H200. Here:
 - one loader warp copies, by TMA, each K tile of 128: the activation codes [128, 128] and the
   weight codes [BLOCK_N, 128] as four [rows, 32] boxes each (a 32-byte swizzle: every 32-wide
-  slice is a whole wgmma operand of its own), and the tile's scale bytes K-major ([4, 128] of
-  the activation's, [4, BLOCK_N] of the weight's: one box each) into a ring of STAGES slots
+  slice is a whole wgmma operand of its own), and the tile's scales K-major, as fp32 values
+  ([4, 128] of the activation's, [4, BLOCK_N] of the weight's: one box each; decoded from E8M0
+  on the host, the weight's once, so a consumer converts nothing) into a ring of STAGES slots
   with full / empty mbarriers;
 - two consumer warpgroups, one per 64 activation rows of the program's 128: each issues slice
   j + 1's wgmma before it scales and adds slice j's partial, so the tensor core works while the
@@ -20,7 +21,7 @@ in every warp: 0.23x bf16 at M = 4096 on the H200. Here:
 Numerics: the fp8 products are exact and summed by the tensor core within a slice (fp32);
 slices are added in K order in fp32 — the same math as linear_fp8_mma and, within GEMM
 tolerance, the reference (QDQ'd activation x dequantized weight, fp32). A NaN scale byte
-(0xFF) scales its block to NaN, byte 0 to 2**-127 (mx_codec.e8m0_value's rules).
+(0xFF) scales its block to NaN, byte 0 to 2**-127 (reference.elements.decode_e8m0).
 
 Gated (`VERIFIED`) until its GPU test has passed in a whole-suite H200 run; CPU CI compiles it
 for sm_90a and checks the host layout of the scales.
@@ -34,6 +35,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma, warpgroup_mma_wait)
 
+from kernels.reference.elements import decode_e8m0
 from kernels.triton.wgmma_tiles import _tma_load
 
 VERIFIED = False  # written 2026-12-03, compiled for sm_90a offline; not yet run on a GPU
@@ -41,8 +43,8 @@ VERIFIED = False  # written 2026-12-03, compiled for sm_90a offline; not yet run
 BLOCK_M = 128  # activation rows a program: two consumers of 64
 SLICE = 32  # K a scale block, a wgmma k-step, a TMA box's width
 CODES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2))
-SCALES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2))
-FLAT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))  # a slot's bytes, 1-D
+SCALES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
+FLAT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))  # a scale slot's values, 1-D
 # triton 3.6 (the H200) names it _reinterpret, 3.9 (CPU CI) reinterpret
 _REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 WREGS = gl.constexpr(232)
@@ -50,17 +52,19 @@ LOADER_REGS = gl.constexpr(40)
 
 
 def k_major_scales(scales: Tensor) -> Tensor:
-    """E8M0 bytes [rows, K / 32] -> [K / 32, rows padded to 16] (a TMA box reads 4 K blocks of
-    a tile's rows at once; its row stride must be a multiple of 16 bytes). Padding: byte 0."""
+    """E8M0 bytes [rows, K / 32] -> their fp32 values (2**(E - 127), NaN for 0xFF) K-major,
+    [K / 32, rows padded to 4] (a TMA box reads 4 K blocks of a tile's rows at once; its row
+    stride must be a multiple of 16 bytes). Padding: 0."""
     rows, blocks = scales.shape
-    out = torch.zeros((blocks, rows + -rows % 16), dtype=torch.uint8, device=scales.device)
-    out[:, :rows] = scales.t()
+    out = torch.zeros((blocks, rows + -rows % 4), dtype=torch.float32, device=scales.device)
+    out[:, :rows] = decode_e8m0(scales).t()
     return out
 
 
 def operands(codes: Tensor, scales: Tensor, rows: int) -> tuple:
     """TMA descriptors of fp8 codes [R, K] ([rows, 32] boxes) and of their E8M0 bytes
-    [R, K / 32], made K-major (`k_major_scales`; [4, rows] boxes): one operand's pair."""
+    [R, K / 32] as fp32 values made K-major (`k_major_scales`; [4, rows] boxes): one
+    operand's pair."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     return (TensorDescriptor.from_tensor(codes, [rows, SLICE], CODES.value),
@@ -78,8 +82,8 @@ def _fp8_ws_kernel(a_desc, sa_desc, b_desc, sb_desc, bias_ptr, out_ptr, M, N, K,
     col0 = gl.program_id(1) * BLOCK_N
     a_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES * 4, 128, 32], CODES)
     b_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES * 4, BLOCK_N, 32], CODES)
-    sa_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, 4, 128], SCALES)
-    sb_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, 4, BLOCK_N], SCALES)
+    sa_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 4, 128], SCALES)
+    sb_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 4, BLOCK_N], SCALES)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
@@ -100,7 +104,7 @@ def _fp8_ws_kernel(a_desc, sa_desc, b_desc, sb_desc, bias_ptr, out_ptr, M, N, K,
 def _loader(a_desc, sa_desc, b_desc, sb_desc, a_smem, b_smem, sa_smem, sb_smem, full, empty,
             row0, col0, ktiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """One warp: K tile kk into slot kk % STAGES once both consumers released it."""
-    NBYTES: gl.constexpr = (128 + BLOCK_N) * 128 + 4 * (128 + BLOCK_N)
+    NBYTES: gl.constexpr = (128 + BLOCK_N) * 128 + 16 * (128 + BLOCK_N)  # codes, fp32 scales
     for kk in range(ktiles):
         s = kk % STAGES
         mbarrier.wait(empty.index(s), ((kk // STAGES) & 1) ^ 1)
@@ -115,20 +119,12 @@ def _loader(a_desc, sa_desc, b_desc, sb_desc, a_smem, b_smem, sa_smem, sb_smem, 
 
 @gluon.jit
 def _flat(slot, n: gl.constexpr):
-    """A scale slot ([4, rows] bytes, unswizzled: row-major) as its n bytes in a row."""
+    """A scale slot ([4, rows] fp32, unswizzled: row-major) as its n values in a row."""
     if _REINTERPRET:
-        flat = slot.reinterpret(gl.uint8, [n], FLAT)
+        flat = slot.reinterpret(gl.float32, [n], FLAT)
     else:
-        flat = slot._reinterpret(gl.uint8, [n], FLAT)
+        flat = slot._reinterpret(gl.float32, [n], FLAT)
     return flat
-
-
-@gluon.jit
-def _scale(byte):
-    """E8M0 bytes (int32) -> fp32 2**(E - 127): byte 0 -> 2**-127, 0xFF -> NaN."""
-    bits = gl.where(byte == 0, 0x00400000, byte << 23)
-    v = bits.to(gl.float32, bitcast=True)
-    return gl.where(byte == 255, float("nan"), v)
 
 
 @gluon.jit
@@ -159,10 +155,10 @@ def _consumer(C: gl.constexpr, a_smem, b_smem, sa_smem, sb_smem, full, empty, bi
                 part = warpgroup_mma_wait(num_outstanding=1, deps=[part])
             else:
                 part = warpgroup_mma_wait(num_outstanding=0, deps=[part])
-            # the slice's scale bytes, read straight into the accumulator's row / column
-            # layouts (a thread's rows and columns: no layout conversion)
-            sa = _scale(sa_tile.slice(j * 128 + 64 * C, 64).load(ROWS).to(gl.int32))
-            sb = _scale(sb_tile.slice(j * BLOCK_N, BLOCK_N).load(COLS).to(gl.int32))
+            # the slice's scales, read straight into the accumulator's row / column layouts
+            # (a thread's rows and columns: no layout conversion)
+            sa = sa_tile.slice(j * 128 + 64 * C, 64).load(ROWS)
+            sb = sb_tile.slice(j * BLOCK_N, BLOCK_N).load(COLS)
             acc = acc + (part * sa[:, None]) * sb[None, :]
             if j < 3:
                 part = nxt

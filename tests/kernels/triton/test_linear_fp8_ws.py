@@ -1,6 +1,6 @@
 """The warp-specialized MXFP8 x MXFP8 kernel on fp8 tensor cores (kernels/triton/linear_fp8_ws.py).
 
-On the CPU (CI): the K-major scale layout its TMA boxes read, the gate and the routing, and the
+On the CPU (CI): the K-major fp32 scales its TMA boxes read, the gate and the routing, and the
 kernel compiled for sm_90a (its wgmmas are e4m3, every copy by TMA with the bytes each slot's
 barrier expects, the register split, no spills). On an sm_90 GPU: the kernel against the
 reference oracle and the Triton fp8 kernel, with M / N / K tails, bias, and NaN / Inf / zero /
@@ -31,11 +31,17 @@ E4M3 = QuantKey.mx("mxfp8_e4m3", rounding="even", static=True)
 E4M3_DYN = QuantKey.mx("mxfp8_e4m3", rounding="even", static=False)
 
 
-def test_scales_are_laid_out_k_major_with_rows_padded_to_16_bytes() -> None:
+def test_scales_are_decoded_and_laid_out_k_major_with_rows_padded_to_16_bytes() -> None:
+    """fp32 2**(E - 127) (0xFF: NaN, 0: 2**-127, exact), [K / 32, rows padded to 4], zeros past."""
     s = torch.randint(0, 256, (37, 9), dtype=torch.uint8)
+    s[0, 0], s[1, 1], s[2, 2] = 0, 255, 254
     t = fw.k_major_scales(s)
-    assert t.shape == (9, 48) and t.dtype == torch.uint8
-    assert torch.equal(t[:, :37], s.t()) and not t[:, 37:].any()
+    assert t.shape == (9, 40) and t.dtype == torch.float32 and not t[:, 37:].any()
+    want = torch.tensor([2.0 ** (int(e) - 127) if e != 255 else float("nan") for e in
+                         s.t().reshape(-1)], dtype=torch.float64).reshape(9, 37)
+    assert torch.equal(t[:, :37].double().isnan(), want.isnan())
+    assert torch.equal(t[:, :37].double()[~want.isnan()], want[~want.isnan()])
+    assert t[0, 0] == 2.0 ** -127 and t[2, 2] == 2.0 ** 127
 
 
 def test_the_kernel_is_gated_and_says_why() -> None:
@@ -65,9 +71,9 @@ found = []
 for c in json.loads(sys.stdin.read()):
     bn = c["BLOCK_N"]
     ptrs = {"a_desc": f"tensordesc<fp8e4nv[128, 32],{f.CODES.value!r}>",
-            "sa_desc": f"tensordesc<u8[4, 128],{f.SCALES.value!r}>",
+            "sa_desc": f"tensordesc<fp32[4, 128],{f.SCALES.value!r}>",
             "b_desc": f"tensordesc<fp8e4nv[{bn}, 32],{f.CODES.value!r}>",
-            "sb_desc": f"tensordesc<u8[4, {bn}],{f.SCALES.value!r}>",
+            "sb_desc": f"tensordesc<fp32[4, {bn}],{f.SCALES.value!r}>",
             "bias_ptr": "*fp32", "out_ptr": "*bf16"}
     sig = {n: "constexpr" if n in c else ptrs.get(n, "i32") for n in kern.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kern.arg_names)
@@ -109,14 +115,14 @@ def compiled() -> list:
     "-".join(f"{k}{v}" for k, v in c.items()) for c in CASES])
 def test_the_kernel_compiles_for_sm90(index: int, compiled: list) -> None:
     """For sm_90a (no GPU needed): each consumer's four e4m3 wgmmas a K tile (one a 32-wide
-    scale block, so 8 in the code); 10 TMA copies a tile (4 + 4 code boxes, 2 scale boxes) and
+    scale block, so 8 in the code); 10 TMA copies a tile (4 + 4 code boxes, 2 fp32 scale boxes) and
     the slot's barrier expecting exactly their bytes; setmaxnreg 40 / 232; no spills."""
     c, found = CASES[index], compiled[index]
     assert "error" not in found, found.get("error")
     assert found[r"wgmma\.mma_async"] == 8
     assert found[r"wgmma\.mma_async[^;]*\.e4m3\.e4m3"] == 8
     assert found[r"cp\.async\.bulk\.tensor"] == 10
-    assert found["expect"] == [(128 + c["BLOCK_N"]) * 128 + 4 * (128 + c["BLOCK_N"])]
+    assert found["expect"] == [(128 + c["BLOCK_N"]) * 128 + 16 * (128 + c["BLOCK_N"])]
     assert {40, 232} <= set(found["setmaxnreg"])
     assert found[r"ld\.local"] == 0 and found[r"st\.local"] == 0
 
