@@ -8,12 +8,6 @@ subnormal blocks of both operands.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,6 +17,7 @@ from kernels.mx import MXTensor, mx_dequantize
 from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import linear_fp8_mma as fm
 from kernels.triton import linear_fp8_ws as fw
+from support.sm90_compile import case_ids, compile_cases
 
 KERNEL = load_kernel("triton-fp8-mma")
 REFERENCE = load_kernel("reference-emulation")
@@ -61,11 +56,9 @@ def test_where_it_is_open_it_takes_e4m3_bf16_on_sm90_only(monkeypatch) -> None:
 
 
 _COMPILE = """
-import json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
+import json, sys
 from kernels.triton import linear_fp8_ws as f
+from support.sm90_compile import ptx_facts
 kern = f._fp8_ws_kernel
 found = []
 for c in json.loads(sys.stdin.read()):
@@ -78,20 +71,9 @@ for c in json.loads(sys.stdin.read()):
     sig = {n: "constexpr" if n in c else ptrs.get(n, "i32") for n in kern.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kern.arg_names)
              if n in ("bias_ptr", "out_ptr", "K", "stride_o")}
-    try:
-        ptx = triton.compile(GluonASTSource(kern, sig, c, attrs), target=GPUTarget("cuda", 90, 32),
-                             options=dict(num_warps=4)).asm["ptx"]
-    except Exception as e:  # reported by the case's own test
-        found.append({"error": f"{type(e).__name__}: {e}"[-3000:]})
-        continue
-    got = {p: len(re.findall(p, ptx)) for p in (
-        r"wgmma\\.mma_async", r"wgmma\\.mma_async[^;]*\\.e4m3\\.e4m3", r"cp\\.async\\.bulk\\.tensor",
-        r"ld\\.local", r"st\\.local")}
-    expect = r"expect_tx\\.shared(?:::cta)?\\.b64 _, \\[%r\\d+\\], (\\d+)"
-    regs = r"setmaxnreg\\.\\w+\\.sync\\.aligned\\.u32\\s+(\\d+)"
-    got["expect"] = sorted(set(int(b) for b in re.findall(expect, ptx)))
-    got["setmaxnreg"] = sorted(set(int(r) for r in re.findall(regs, ptx)))
-    found.append(got)
+    found.append(ptx_facts(kern, sig, c, attrs, (
+        r"wgmma\\.mma_async", r"wgmma\\.mma_async[^;]*\\.e4m3\\.e4m3",
+        r"cp\\.async\\.bulk\\.tensor", r"ld\\.local", r"st\\.local")))
 print(json.dumps(found))
 """
 
@@ -101,18 +83,10 @@ CASES = [dict(BLOCK_N=128, STAGES=4, HAS_BIAS=True), dict(BLOCK_N=64, STAGES=4, 
 
 @pytest.fixture(scope="module")
 def compiled() -> list:
-    """Every case compiled in one fresh process (no TRITON_INTERPRET: it patches triton)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]),
-                                         env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
-                         text=True, timeout=900, input=json.dumps(CASES))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return compile_cases(_COMPILE, CASES)
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[
-    "-".join(f"{k}{v}" for k, v in c.items()) for c in CASES])
+@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
 def test_the_kernel_compiles_for_sm90(index: int, compiled: list) -> None:
     """For sm_90a (no GPU needed): each consumer's four e4m3 wgmmas a K tile (one a 32-wide
     scale block, so 8 in the code); 10 TMA copies a tile (4 + 4 code boxes, 2 fp32 scale boxes) and

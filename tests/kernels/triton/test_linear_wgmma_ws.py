@@ -23,6 +23,7 @@ from kernels.triton.fp6_words import wgmma_layout_fp6
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16
 from support.mx_weights import e4m3_weight, fp4_weight, fp6_weight
+from support.sm90_compile import case_ids, compile_cases
 from support.wgmma_launches import record_launches, two_experts
 
 KERNEL = load_kernel("triton-emulation")
@@ -167,11 +168,9 @@ def test_a_ws_plan_launches_the_ws_kernel_with_descriptors(monkeypatch) -> None:
 
 
 _COMPILE = """
-import json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
+import json, sys
 from kernels.triton import linear_wgmma_ws as ws
+from support.sm90_compile import ptx_facts
 from kernels.triton.wgmma_tiles import X_SMEM
 kern = ws._ws_linear_kernel
 names = kern.arg_names
@@ -195,21 +194,9 @@ for c in json.loads(sys.stdin.read()):
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
              if (n in ptrs or n in by16) and not sig[n].startswith("tensordesc")}
-    try:
-        ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs),
-                             target=GPUTarget("cuda", 90, 32),
-                             options=dict(num_warps=4)).asm["ptx"]
-    except Exception as e:  # reported by the case's own test
-        found.append({"error": f"{type(e).__name__}: {e}"[-3000:]})
-        continue
-    got = {p: len(re.findall(p, ptx)) for p in (
+    found.append(ptx_facts(kern, sig, consts, attrs, (
         r"wgmma\\.mma_async", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
-        r"cp\\.async\\.cg", r"ld\\.local", r"st\\.local")}
-    expect = r"expect_tx\\.shared(?:::cta)?\\.b64 _, \\[%r\\d+\\], (\\d+)"
-    regs = r"setmaxnreg\\.\\w+\\.sync\\.aligned\\.u32\\s+(\\d+)"
-    got["expect"] = sorted(set(int(b) for b in re.findall(expect, ptx)))
-    got["setmaxnreg"] = sorted(set(int(r) for r in re.findall(regs, ptx)))
-    found.append(got)
+        r"cp\\.async\\.cg", r"ld\\.local", r"st\\.local")))
 print(json.dumps(found))
 """
 
@@ -226,24 +213,10 @@ COMPILE_CASES = [
 
 @pytest.fixture(scope="module")
 def compiled_cases() -> list:
-    """Every case compiled in one fresh process (no TRITON_INTERPRET: it patches triton)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]),
-                                         env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
-                         text=True, timeout=900, input=json.dumps(COMPILE_CASES))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return compile_cases(_COMPILE, COMPILE_CASES)
 
 
-@pytest.mark.parametrize("index", range(len(COMPILE_CASES)), ids=[
-    "-".join(f"{k}{v}" for k, v in c.items()) for c in COMPILE_CASES])
+@pytest.mark.parametrize("index", range(len(COMPILE_CASES)), ids=case_ids(COMPILE_CASES))
 def test_the_ws_kernel_compiles_for_sm90(index: int, compiled_cases: list) -> None:
     """For sm_90a (no GPU needed): two consumers' wgmmas (BLOCK_K / 16 each); every copy by
     TMA (x in 64-column boxes, words, B words, scale bytes), none by cp.async; each slot's
