@@ -3,7 +3,8 @@
 # tools/gpu_check.sh has run the whole suite green with linear_wgmma.WS_VERIFIED on): every
 # variant is checked against the reference before it is timed, bf16 F.linear / _grouped_mm in
 # the same run; the sweep tools open the gates themselves.
-#   1. ws at M = 1 (only 8x256 st6 measured: 17.9 against 16.5 us) and M = 16 / 32 for mxfp6 /
+#   1. ws at M = 1 (only 8x256 st6 measured: 17.9 against 16.5 us; deeper rings, and split-K 2
+#      for 256 programs as the one-partition row has) and M = 16 / 32 for mxfp6 /
 #      mxfp8 (mxfp4's rows: 16x512 st4, 32x256 st6), three dense shapes;
 #   2. MoE experts through ws (GROUPED) at T = 256 / 2048: DeepSeek-like (E 64, top-6,
 #      2048 x 7168: 0.84x, issue 16's 1.0x target), gpt-oss-like (E 32, top-4, 2880^2);
@@ -30,7 +31,7 @@ step() { local name=$1 limit=$2; shift 2; echo "=== $name" | tee -a "$log"
 W=4:0:1:1:1:1  # warps 4, no cap, sub_k 1, rep 1, tma_x, ws
 step ws_m1 "${M1_S:-90}" python3 tools/tune_linear.py --parts wgmma --ms 1 --eager \
   --weights mxfp4,mxfp6_e3m2,mxfp8_e4m3 \
-  --wgmma-specs 8:512:1:4:$W,8:512:1:6:$W,8:256:1:8:$W,8:256:1:4:$W --out "$OUT/ws_m1.json"
+  --wgmma-specs 8:512:1:6:$W,8:256:1:8:$W,8:256:2:4:$W,8:512:2:4:$W --out "$OUT/ws_m1.json"
 step ws_m16_32 "${M16_S:-100}" python3 tools/tune_linear.py --parts wgmma --ms 16,32 --eager \
   --weights mxfp6_e3m2,mxfp8_e4m3 \
   --wgmma-specs 16:512:1:4:$W,16:256:1:6:$W,32:256:1:6:$W,32:256:1:4:$W --out "$OUT/ws_m16_32.json"
