@@ -66,7 +66,8 @@ def wgmma_layout_fp6(codes: Tensor, scales: Tensor, fmt: str, block_k: int,
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """6-bit codes [N, K] (one a byte) + E8M0 bytes [N, K/32] -> (A words: 8 codes' top bits,
     B words: 16 codes' low bits, prepared scale bytes), tile by tile as fp4_words.wgmma_layout
-    (N and K padded with +0; `align`: as there). Needs K % 32 == 0, block_k % 128 == 0 and `scale_fits`."""
+    (N and K padded with +0; `align`: as there). Needs K % 32 == 0, block_k % 128 == 0 and
+    `scale_fits`."""
     n, k = codes.shape
     if block_k % 128 or k % 32:
         raise ValueError(f"wgmma_layout_fp6: K={k} must hold whole 32-element blocks and the K "

@@ -51,7 +51,8 @@ class WgmmaConfig:
         if self.block_m not in BLOCK_M_VERIFIED:
             raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
                              f"{BLOCK_M_VERIFIED} (verified on the H200)")
-        if self.block_k not in (128, 256, 512) or self.stages < 2 or self.split < 1 or self.max_tiles < 0:
+        if self.block_k not in (128, 256, 512) or self.stages < 2 or self.split < 1 or \
+                self.max_tiles < 0:
             raise ValueError(f"WgmmaConfig: block_k={self.block_k} (128, 256 or 512: whole "
                              "chunks of the one layout, fp4_words.ALIGN), "
                              f"stages={self.stages} (>= 2), split={self.split} (>= 1), "
