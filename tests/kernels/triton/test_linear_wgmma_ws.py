@@ -251,7 +251,8 @@ def weight(fmt: str, n: int, k: int, gen: torch.Generator):
 
 @gpu
 @pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3"))
-def test_warp_specialized_matches_the_reference(fmt: str, monkeypatch) -> None:
+@pytest.mark.parametrize("n,k", ((200, 1024), (72, 2880)))
+def test_warp_specialized_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> None:
     """Close to reference-emulation and to the one-partition kernel of the same tile (the two
     consumers' sums are added once: another fp32 order), bit for bit the same on a repeat;
     M 1..128 (rows past M zero-filled by the copy), N tails, K tails (2880), split-K 1..4 with
@@ -259,33 +260,32 @@ def test_warp_specialized_matches_the_reference(fmt: str, monkeypatch) -> None:
     (Odd stages are refused: a slot shared by both consumers let one pass a parity wait a
     phase early: an unspecified launch failure on the H200, 2026-12-03.)"""
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    for n, k in ((200, 1024), (72, 2880)):
-        gen = torch.Generator().manual_seed(n + k + len(fmt))
-        prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
-                                  SchemeContract(weight=key(fmt), activation=None))
-        bias = torch.randn(n, generator=gen).cuda()
-        for m, block_m, block_k, split, stages in (
-                (1, 8, 256, 4, 6), (1, 16, 128, 1, 4), (16, 16, 128, 2, 2), (40, 64, 256, 1, 2),
-                (64, 64, 128, 3, 4), (100, 128, 128, 2, 2), (128, 128, 128, 1, 4),
-                (3, 16, 128, 8, 2), (9, 16, 512, 1, 4), (20, 32, 256, 1, 6)):
-            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
-            x[0, :32] = 0.0
-            x[0, 32:64] = 2.0 ** -130
-            if m > 1:
-                x[1, 5] = float("inf")
-                x[-1, k - 3] = float("nan")
-            cfg = lw.WgmmaConfig(block_m=block_m, block_k=block_k, split=split, stages=stages,
-                                 tma_x=True, ws=True)
-            plain = dataclasses.replace(cfg, ws=False, stages=min(stages, 4))
-            for b in (None, bias):
-                got = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
-                again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
-                one = fused_linear(x, prepared, b, strategy="wgmma", config=plain)
-                want = reference_bf16(x, prepared, b)
-                case = (n, k, m, block_m, block_k, split, stages, b is not None)
-                assert torch.equal(got.view(torch.int16), again.view(torch.int16)), case
-                assert close(got, want), case
-                assert close(got, one.float()), case
+    gen = torch.Generator().manual_seed(n + k + len(fmt))
+    prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
+                              SchemeContract(weight=key(fmt), activation=None))
+    bias = torch.randn(n, generator=gen).cuda()
+    for m, block_m, block_k, split, stages in (
+            (1, 8, 256, 4, 6), (1, 16, 128, 1, 4), (16, 16, 128, 2, 2), (40, 64, 256, 1, 2),
+            (64, 64, 128, 3, 4), (100, 128, 128, 2, 2), (128, 128, 128, 1, 4),
+            (3, 16, 128, 8, 2), (9, 16, 512, 1, 4), (20, 32, 256, 1, 6)):
+        x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+        x[0, :32] = 0.0
+        x[0, 32:64] = 2.0 ** -130
+        if m > 1:
+            x[1, 5] = float("inf")
+            x[-1, k - 3] = float("nan")
+        cfg = lw.WgmmaConfig(block_m=block_m, block_k=block_k, split=split, stages=stages,
+                             tma_x=True, ws=True)
+        plain = dataclasses.replace(cfg, ws=False, stages=min(stages, 4))
+        for b in (None, bias):
+            got = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+            again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+            one = fused_linear(x, prepared, b, strategy="wgmma", config=plain)
+            want = reference_bf16(x, prepared, b)
+            case = (n, k, m, block_m, block_k, split, stages, b is not None)
+            assert torch.equal(got.view(torch.int16), again.view(torch.int16)), case
+            assert close(got, want), case
+            assert close(got, one.float()), case
 
 
 @gpu
