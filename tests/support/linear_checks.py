@@ -27,3 +27,15 @@ def close(got: torch.Tensor, want: torch.Tensor) -> bool:
     diff = (got - want).masked_fill(~fin, 0)
     scale = want.masked_fill(~fin, 0).abs().amax(dim=-1, keepdim=True).clamp_min(1e-30)
     return bool((diff.abs() / scale).max() <= 2.0 ** -7)
+
+
+def special_rows(m: int, k: int, gen: torch.Generator) -> torch.Tensor:
+    """bf16 activations [m, k] on the GPU with a zero block and a subnormal block in row 0 and,
+    from two rows on, an Inf in row 1 and a NaN near the end of the last row."""
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+    x[0, :32] = 0.0
+    x[0, 32:64] = 2.0 ** -130
+    if m > 1:
+        x[1, 5] = float("inf")
+        x[-1, k - 3] = float("nan")
+    return x

@@ -25,7 +25,7 @@ from kernels.triton.linear_emulation import fused_linear
 from kernels.triton import launcher as launcher_mod
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import act_facts
-from support.linear_checks import close, reference_bf16
+from support.linear_checks import close, reference_bf16, special_rows
 from support.wgmma_launches import record_launches, two_experts
 from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight
 
@@ -998,12 +998,7 @@ def test_x_by_tma_matches_the_reference(n: int, k: int, fmt: str,
                 (64, 4, 4, 128, 2, 1, 2, 0, False), (40, 1, 4, 256, 3, 1, 1, 0, True)):
             if act is not None and not fuse:
                 continue
-            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
-            x[0, :32] = 0.0
-            x[0, 32:64] = 2.0 ** -130
-            if m > 1:
-                x[1, 5] = float("inf")
-                x[-1, k - 3] = float("nan")
+            x = special_rows(m, k, gen)
             base = dict(block_m=tile_for(m), block_k=block_k, split=split, stages=stages,
                         warps=warps, sub_k=sub_k, rep=rep, maxnreg=cap, fuse_act=fuse)
             tma = lw.WgmmaConfig(**base, tma_x=True)

@@ -21,7 +21,7 @@ from kernels.triton import linear_wgmma as lw
 from kernels.triton import linear_wgmma_ws as ws
 from kernels.triton.fp6_words import wgmma_layout_fp6
 from kernels.triton.linear_emulation import fused_linear
-from support.linear_checks import close, reference_bf16
+from support.linear_checks import close, reference_bf16, special_rows
 from support.mx_weights import e4m3_weight, fp4_weight, fp6_weight
 from support.sm90_compile import case_ids, compile_cases
 from support.wgmma_launches import record_launches, two_experts
@@ -268,12 +268,7 @@ def test_warp_specialized_matches_the_reference(n: int, k: int, fmt: str, monkey
             (1, 8, 256, 4, 6), (1, 16, 128, 1, 4), (16, 16, 128, 2, 2), (40, 64, 256, 1, 2),
             (64, 64, 128, 3, 4), (100, 128, 128, 2, 2), (128, 128, 128, 1, 4),
             (3, 16, 128, 8, 2), (9, 16, 512, 1, 4), (20, 32, 256, 1, 6)):
-        x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
-        x[0, :32] = 0.0
-        x[0, 32:64] = 2.0 ** -130
-        if m > 1:
-            x[1, 5] = float("inf")
-            x[-1, k - 3] = float("nan")
+        x = special_rows(m, k, gen)
         cfg = lw.WgmmaConfig(block_m=block_m, block_k=block_k, split=split, stages=stages,
                              tma_x=True, ws=True)
         plain = dataclasses.replace(cfg, ws=False, stages=min(stages, 4))
