@@ -33,7 +33,8 @@ from kernels.triton.linear_emulation import fused_linear  # noqa: E402
 from kernels.triton.linear_fp8_mma import MMAConfig, fp8_mma_linear  # noqa: E402
 from kernels.triton.linear_mma import MmaConfig  # noqa: E402
 from kernels.triton import linear_wgmma, wgmma_tiles  # noqa: E402
-from kernels.triton.linear_wgmma import BLOCK_M_VERIFIED, WgmmaConfig  # noqa: E402
+from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, BLOCK_M_WIDE,  # noqa: E402
+                                         WgmmaConfig)
 from registry.machine.timing import (  # noqa: E402
     _copies_needed, copy_bandwidth, graph_ms, median_ms)
 
@@ -136,8 +137,9 @@ def mma_configs(m: int, quick: bool) -> list[MmaConfig]:
 
 
 def tile_of(m: int) -> int:
-    """The wgmma kernel's M tile for M rows: the smallest verified block_m >= M."""
-    return next(b for b in BLOCK_M_VERIFIED if b >= m)
+    """The wgmma kernel's M tile for M rows: the smallest verified block_m >= M; past them the
+    wide tile (several a call)."""
+    return next((b for b in BLOCK_M_VERIFIED if b >= m), BLOCK_M_WIDE)
 
 
 def wgmma_configs(m: int, quick: bool) -> list[WgmmaConfig]:
@@ -247,6 +249,7 @@ def main() -> None:
     linear_wgmma.FP8_VERIFIED = True
     linear_wgmma.SUB_K_VERIFIED = linear_wgmma.REP_VERIFIED = True
     linear_wgmma.TMA_X_VERIFIED = linear_wgmma.WS_VERIFIED = True
+    linear_wgmma.WIDE_M_VERIFIED = True
     rows: list[dict] = []
     t0 = time.time()
     print(f"{torch.cuda.get_device_name()} copy {copy_bandwidth(dev):.3f} TB/s", flush=True)
@@ -283,8 +286,8 @@ def main() -> None:
                         decode_configs(True)
                     variants += [(config_name(c), lambda x, p, c=c: fused_linear(
                                       x, p, strategy="decode", config=c)) for c in cfgs]
-                if m <= 128 and "wgmma" in parts and w in linear_wgmma.FORMATS:
-                    if specs:  # those whose tile is M's (the table's tiles)
+                if (m <= 128 or specs) and "wgmma" in parts and w in linear_wgmma.FORMATS:
+                    if specs:  # those whose tile is M's (the table's tiles; past 128: the wide)
                         cfgs = [c for c in specs if c.block_m == tile_of(m)]
                     else:
                         cfgs = wgmma_configs(m, args.quick)

@@ -50,7 +50,8 @@ from kernels.triton.launcher import aligned
 from kernels.triton.linear_mma import workspace
 from kernels.triton.linear_wgmma_ws import _ws_linear_kernel
 from kernels.triton.wgmma_config import (  # noqa: F401 (re-exported: the kernel's vocabulary)
-    BLOCK_M_VERIFIED, FORMATS, WgmmaConfig, WgmmaPlan, one_layout, weight_format, wgmma_plan)
+    BLOCK_M_VERIFIED, BLOCK_M_WIDE, FORMATS, WgmmaConfig, WgmmaPlan, one_layout, weight_format,
+    wgmma_plan)
 from kernels.triton.wgmma_decode import (acc_layout, along, decode, halves, slot_operands,
                                          words_layout, x_copy_layout)
 from kernels.triton import wgmma_tiles
@@ -265,6 +266,12 @@ TMA_X_VERIFIED = True
 # sm_90a offline); off until its GPU test (test_warp_specialized_matches_the_reference) has
 # passed in a whole-suite run on the H200.
 WS_VERIFIED = False
+# block_m = BLOCK_M_WIDE (256 rows a program, several M tiles a call: the ws kernel's consumers on
+# 128 rows each, every K tile decoded by both): written 2026-12-03, compiled for sm_90a offline
+# (no spills, 140 KB of shared memory at 256 x 128 st2); off until
+# test_wide_m_matches_the_reference has passed in a whole-suite run on the H200, and in no
+# table row until measured (tools/gpu_sweeps.sh).
+WIDE_M_VERIFIED = False
 
 
 def table_config(cfg: object) -> object:
@@ -281,7 +288,8 @@ def passed_over(cfg: object) -> bool:
     """Whether the table passes a row over (the next row that serves the layer runs): a
     warp-specialized row while ws is gated off — the same config without ws is another kernel
     with another speed, not what ran before (unlike tma_x: `table_config`)."""
-    return isinstance(cfg, WgmmaConfig) and cfg.ws and not WS_VERIFIED
+    return isinstance(cfg, WgmmaConfig) and (
+        (cfg.ws and not WS_VERIFIED) or (cfg.block_m == BLOCK_M_WIDE and not WIDE_M_VERIFIED))
 
 
 def gated(cfg: WgmmaConfig) -> Optional[str]:
@@ -298,13 +306,16 @@ def gated(cfg: WgmmaConfig) -> Optional[str]:
     if cfg.ws and not WS_VERIFIED:
         return "ws (warp-specialized: a TMA loader warp, two consumers): written, not yet " \
             "verified on a GPU"
+    if cfg.block_m == BLOCK_M_WIDE and not WIDE_M_VERIFIED:
+        return f"block_m={BLOCK_M_WIDE} (large M, two consumers on 128 rows each): written, " \
+            "not yet verified on a GPU"
     return None
 
 
 def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
                 out_dtype: torch.dtype, cfg: WgmmaConfig, m: int = 1) -> Optional[str]:
     """Why the wgmma strategy cannot run a call of M rows (None: it can)."""
-    if m > cfg.block_m:
+    if m > cfg.block_m and cfg.block_m != BLOCK_M_WIDE:  # (the wide tile: any number of them)
         return f"M={m} rows need one M tile (block_m={cfg.block_m})"
     why = gated(cfg)
     if why:

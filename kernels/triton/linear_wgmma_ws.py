@@ -18,7 +18,11 @@ At M = 128 ncu put 25 % of the samples on the loop top (copies, barriers), 23 % 
   (wgmma_decode.slot_operands / decode), so the bits a tile are the same;
 - the second consumer hands its accumulator to the first through shared memory (one mbarrier),
   which adds it (even tiles + odd tiles: a fixed order, deterministic) and finishes the tile as
-  the one-partition kernel does (wgmma_tiles.finish_tile: bias, bf16 store, or split-K).
+  the one-partition kernel does (wgmma_tiles.finish_tile: bias, bf16 store, or split-K);
+- BLOCK_M 256 (large M, several M tiles a call; `wgmma_config.BLOCK_M_WIDE`, gated by
+  linear_wgmma.WIDE_M_VERIFIED): the consumers split the activation rows instead, 128 each,
+  both decoding every K tile (a 64 x 256 fp32 sum handed over would not fit the registers),
+  each storing its own rows; no split-K, dense only.
 
 The kernel takes the one-partition kernel's parameters (so run_wgmma and its `launcher.Bound`,
 and moe_wgmma's launch, serve both): the weight operands are TMA descriptors
@@ -101,7 +105,11 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     moe_wgmma): the one-partition kernel's tile table and operands (x the rows in expert
     order; the descriptors span every expert, stride_we words an expert)."""
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
-    gl.static_assert(len(ACT) == 0 and STAGES % 2 == 0)  # (even: WgmmaConfig says why)
+    # BLOCK_M 256 (large M): the consumers split the rows, 128 each, and both take every K tile
+    # (each decodes it: no hand-off of a 64 x 256 sum, which would not fit the registers)
+    MSPLIT: gl.constexpr = BLOCK_M == 256
+    gl.static_assert(len(ACT) == 0 and (STAGES % 2 == 0 or MSPLIT))  # (WgmmaConfig says why)
+    gl.static_assert(not MSPLIT or (SPLIT == 1 and not GROUPED))
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
@@ -120,14 +128,14 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
         tile0 += e * (stride_we // (8 * BLOCK_K))  # an expert's words: whole 64-row tiles
     w_smem, b_smem, s_smem = weight_ring(STAGES, 4, BLOCK_K // 128, FMT)  # one warpgroup's
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], X_SMEM)
-    red_smem = gl.allocate_shared_memory(gl.float32, [64, BLOCK_M],
+    red_smem = gl.allocate_shared_memory(gl.float32, [64, 16 if MSPLIT else BLOCK_M],
                                          gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     red_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(full.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2 if MSPLIT else 1)  # (MSPLIT: both read a slot)
     mbarrier.init(red_bar, count=1)
     fence_async_shared()  # the inits before any TMA copy completes on them
     gl.warp_specialize([
@@ -136,7 +144,8 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                            rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT, BLOCK_M,
                            BLOCK_K, STAGES, FMT)),
         (_second_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
-                            k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
+                            bias_ptr, out_ptr, dest_ptr, rw_ptr, row0, rows_left, N, stride_o,
+                            k_lo, k_hi, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT)),
         (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full, empty,
                    row0, tile0, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
     ], [4, 1], [WREGS, LOADER_REGS])
@@ -172,21 +181,27 @@ def _loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full
 def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi,
              BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
              FMT: gl.constexpr):
-    """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows."""
+    """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows and the
+    program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its 128 of the rows."""
+    MSPLIT: gl.constexpr = BLOCK_M == 256
+    CM: gl.constexpr = 128 if MSPLIT else BLOCK_M  # the consumer's activation rows
     NBH: gl.constexpr = BLOCK_K // 128
     WL: gl.constexpr = words_layout(4, NBH)
     SL: gl.constexpr = gl.SliceLayout(2, WL)
-    MMA: gl.constexpr = acc_layout(4, BLOCK_M)
+    MMA: gl.constexpr = acc_layout(4, CM)
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    acc = gl.zeros([64, BLOCK_M], gl.float32, MMA)
-    for kk in range(k_lo + C, k_hi, 2):
+    acc = gl.zeros([64, CM], gl.float32, MMA)
+    for kk in range(k_lo + (0 if MSPLIT else C), k_hi, 1 if MSPLIT else 2):
         i = kk - k_lo
         s = i % STAGES
         mbarrier.wait(full.index(s), (i // STAGES) & 1)
         words, bw, base, sword = slot_operands(w_smem.index(s), b_smem.index(s), s_smem.index(s),
                                                WL, SL, 4, NBH, FMT)
         a = decode(words, bw, base, sword, 64, BLOCK_K, A, FMT)
-        acc = warpgroup_mma(a, x_smem.index(s).permute((1, 0)), acc, is_async=True)
+        xb = x_smem.index(s)
+        if MSPLIT:
+            xb = xb.slice(128 * C, 128)
+        acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])  # (A registers: see the module)
         mbarrier.arrive(empty.index(s))  # every thread's reads of the slot are done
     return acc
@@ -199,26 +214,39 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
                     SPLIT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
                     STAGES: gl.constexpr, FMT: gl.constexpr):
     """The default partition: the even tiles, then + the second consumer's sum, and the tile's
-    output (bias / store / split-K, as the one-partition kernel)."""
+    output (bias / store / split-K, as the one-partition kernel); BLOCK_M 256: every tile, the
+    first 128 rows' output."""
     acc = _consume(0, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
-    MMA: gl.constexpr = acc_layout(4, BLOCK_M)
-    mbarrier.wait(red_bar, 0)
-    acc = acc + red_smem.load(MMA)
-    finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
-                dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M, MMA)
+    if BLOCK_M == 256:
+        MMA: gl.constexpr = acc_layout(4, 128)
+        finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
+                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, 128, MMA)
+    else:
+        MMA: gl.constexpr = acc_layout(4, BLOCK_M)
+        mbarrier.wait(red_bar, 0)
+        acc = acc + red_smem.load(MMA)
+        finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
+                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M, MMA)
 
 
 @gluon.jit
-def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar, k_lo, k_hi,
-                     BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-                     FMT: gl.constexpr):
-    """A worker partition: the odd tiles, its sum handed to the first consumer."""
+def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar, bias_ptr,
+                     out_ptr, dest_ptr, rw_ptr, row0, rows_left, N, stride_o, k_lo, k_hi,
+                     HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+                     STAGES: gl.constexpr, FMT: gl.constexpr):
+    """A worker partition: the odd tiles, its sum handed to the first consumer; BLOCK_M 256:
+    every tile, the last 128 rows' output (dense, no split-K)."""
     acc = _consume(1, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
-    red_smem.store(acc)
-    cta_barrier()  # (this partition's 128 threads) every store in before the arrive
-    mbarrier.arrive(red_bar)
+    if BLOCK_M == 256:
+        MMA: gl.constexpr = acc_layout(4, 128)
+        finish_tile(acc, out_ptr, out_ptr, out_ptr, row0 + 128, rows_left - 128, N, stride_o,
+                    bias_ptr, dest_ptr, rw_ptr, HAS_BIAS, False, 1, 64, 128, MMA)
+    else:
+        red_smem.store(acc)
+        cta_barrier()  # (this partition's 128 threads) every store in before the arrive
+        mbarrier.arrive(red_bar)
 
 
 __all__ = ["ROW", "ws_descriptors"]

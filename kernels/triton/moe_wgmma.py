@@ -114,6 +114,10 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
     cfg = cfg or linear_wgmma.table_config(config_for(rows, num_experts, weight.fmt, n, k))
+    if cfg.block_m > BLOCK_M_VERIFIED[-1]:
+        raise ValueError(f"moe_wgmma: block_m={cfg.block_m} is for dense layers at large M; "
+                         f"experts take up to {BLOCK_M_VERIFIED[-1]} rows a tile (a config of "
+                         "the table's, or none)")
     why = linear_wgmma.gated(cfg)
     if why:
         raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "

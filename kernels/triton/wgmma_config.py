@@ -25,11 +25,14 @@ from kernels.triton.linear_mma import _LOCK_TILES
 # wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
 # the 2026-12-01 sweeps, N x K 200 x 1024 and 28672 x 8192, three calls each, bit-identical).
 BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
+# Large M (several M tiles a call): 256 activation rows a program, the ws kernel's two consumers
+# on 128 each (linear_wgmma_ws); gated by linear_wgmma.WIDE_M_VERIFIED.
+BLOCK_M_WIDE = 256
 
 
 @dataclass(frozen=True)
 class WgmmaConfig:
-    block_m: int  # activation rows a program: one of BLOCK_M_VERIFIED
+    block_m: int  # activation rows a program: one of BLOCK_M_VERIFIED, or BLOCK_M_WIDE (ws)
     block_k: int  # 128, 256 or 512 (whole 128-code chunks of the layout, up to its K padding)
     split: int  # K slices (1: none)
     stages: int  # shared-memory buffers (>= 2): stages - 1 K tiles in flight
@@ -48,9 +51,14 @@ class WgmmaConfig:
         return self.warps * self.rep
 
     def __post_init__(self) -> None:
-        if self.block_m not in BLOCK_M_VERIFIED:
+        if self.block_m == BLOCK_M_WIDE:
+            if not self.ws or self.split != 1:
+                raise ValueError(f"WgmmaConfig: block_m={BLOCK_M_WIDE} (large M: the two "
+                                 "consumers on 128 rows each) runs the warp-specialized kernel "
+                                 f"only, without split-K (got ws={self.ws}, split={self.split})")
+        elif self.block_m not in BLOCK_M_VERIFIED:
             raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
-                             f"{BLOCK_M_VERIFIED} (verified on the H200)")
+                             f"{BLOCK_M_VERIFIED} (verified on the H200) or {BLOCK_M_WIDE} (ws)")
         if self.block_k not in (128, 256, 512) or self.stages < 2 or self.split < 1 or \
                 self.max_tiles < 0:
             raise ValueError(f"WgmmaConfig: block_k={self.block_k} (128, 256 or 512: whole "
@@ -64,7 +72,7 @@ class WgmmaConfig:
                 not (self.maxnreg == 0 or 64 <= self.maxnreg <= 255):
             raise ValueError(f"WgmmaConfig: sub_k={self.sub_k} (1 or 2), rep={self.rep} (1 or 2), "
                              f"maxnreg={self.maxnreg} (0, or 64..255 registers a thread)")
-        if self.ws and self.stages % 2:
+        if self.ws and self.stages % 2 and self.block_m != BLOCK_M_WIDE:
             raise ValueError(f"WgmmaConfig: ws=True needs an even number of stages (got "
                              f"{self.stages}): each consumer owns every other ring slot, so it "
                              "sees every phase of its slots' barriers")
@@ -171,5 +179,5 @@ def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
 _LAYOUT_KEY = "wgmma_layout"
 
 
-__all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "one_layout",
+__all__ = ["BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig", "WgmmaPlan", "one_layout",
            "weight_format", "wgmma_plan"]

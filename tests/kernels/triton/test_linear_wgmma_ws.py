@@ -51,6 +51,46 @@ def test_ws_configs_need_two_4_warp_consumers_and_tma() -> None:
             ws_config(**bad)
 
 
+def test_the_wide_tile_is_ws_only_without_split_k_and_gated(monkeypatch) -> None:
+    """block_m 256 (large M: the consumers on 128 rows each, both reading every K tile, so odd
+    stages are fine): ws only, no split-K; gated (passed over, refused with the reason), any
+    number of M tiles once open; MoE experts refuse it (dense layers only)."""
+    wide = ws_config(block_m=256, stages=3)
+    with pytest.raises(ValueError, match=r"block_m=256 \(large M: the two consumers on 128 rows "
+                                         r"each\) runs the warp-specialized kernel only, without "
+                                         r"split-K \(got ws=True, split=2\)"):
+        ws_config(block_m=256, split=2)
+    with pytest.raises(ValueError, match=r"got ws=False, split=1"):
+        lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2)
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    reason = ("block_m=256 (large M, two consumers on 128 rows each): written, not yet "
+              "verified on a GPU")
+    assert lw.gated(wide) == reason and lw.passed_over(wide)
+    bf, fp4 = torch.bfloat16, {"W_PACK": 1, "W_BITS": 4, "W_SAT": False}
+    assert lw.unavailable(torch.device("cpu"), fp4, 1024, bf, bf, wide, m=1 << 30) == reason
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    assert lw.gated(wide) is None and not lw.passed_over(wide)
+    # past the one-M-tile rule (the next check is the device's)
+    assert lw.unavailable(torch.device("cpu"), fp4, 1024, bf, bf, wide, m=1 << 30) == \
+        "needs an NVIDIA GPU"
+    assert lw.unavailable(torch.device("cpu"), fp4, 1024, bf, bf, ws_config(block_m=128),
+                          m=1 << 30) == "M=1073741824 rows need one M tile (block_m=128)"
+    with pytest.raises(ValueError, match=r"moe_wgmma: block_m=256 is for dense layers at large "
+                                         r"M; experts take up to 128 rows a tile"):
+        small_moe_call(wide, monkeypatch)
+
+
+def small_moe_call(cfg, monkeypatch) -> None:
+    """Four tokens through two small mxfp4 experts with `cfg` (the launch's refusals)."""
+    from kernels.triton import moe_wgmma
+
+    gen = torch.Generator().manual_seed(6)
+    moe_wgmma.grouped_experts_wgmma(
+        torch.randn(4, 256).to(torch.bfloat16), two_experts(fp4_weight(128, 256, gen),
+                                                            monkeypatch),
+        None, torch.zeros(4, 1, dtype=torch.int64), torch.ones(4, 1), torch.float32, {}, cfg)
+
+
 def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> None:
     """While ws is gated off the table's ws rows are passed over (the next row that serves the
     layer runs: what ran before they were added), a caller's ws config is refused with the
@@ -62,16 +102,10 @@ def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> 
     assert lw.passed_over(cfg) and lw.table_config(cfg) == cfg
     assert lw.gated(cfg) == ("ws (warp-specialized: a TMA loader warp, two consumers): "
                              "written, not yet verified on a GPU")
-    from kernels.triton import moe_wgmma
-    gen = torch.Generator().manual_seed(6)
     with pytest.raises(ValueError, match=r"moe_wgmma: ws \(warp-specialized: a TMA loader warp, "
                                          r"two consumers\): written, not yet verified on a GPU; "
                                          r"use a config without that part"):
-        moe_wgmma.grouped_experts_wgmma(
-            torch.randn(4, 256).to(torch.bfloat16), two_experts(fp4_weight(128, 256, gen),
-                                                                monkeypatch),
-            None, torch.zeros(4, 1, dtype=torch.int64), torch.ones(4, 1), torch.float32, {},
-            cfg)
+        small_moe_call(cfg, monkeypatch)
     ws_rows = [r for r in lc.TABLE if getattr(r.config, "ws", False)]
     assert ws_rows
     for row in ws_rows:
@@ -208,7 +242,9 @@ COMPILE_CASES = [
     dict(BLOCK_M=64, BLOCK_K=128, STAGES=4, FMT=3, SPLIT=1, HAS_BIAS=False),
     dict(BLOCK_M=16, BLOCK_K=512, STAGES=4, FMT=0, SPLIT=1, HAS_BIAS=False),
     dict(BLOCK_M=128, BLOCK_K=128, STAGES=4, FMT=0, SPLIT=2, HAS_BIAS=False, GROUPED=True),
-    dict(BLOCK_M=64, BLOCK_K=256, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False, GROUPED=True)]
+    dict(BLOCK_M=64, BLOCK_K=256, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False, GROUPED=True),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=0, SPLIT=1, HAS_BIAS=True),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=2, SPLIT=1, HAS_BIAS=False)]
 
 
 @pytest.fixture(scope="module")
@@ -323,3 +359,34 @@ def test_bound_calls_with_descriptors_give_the_general_path_s_bits(use_ws: bool,
     assert len(bounds) >= 2, "a Bound per stream"
     on_36 = triton.__version__.startswith("3.6")
     assert all(b.encoded == on_36 for b in bounds), (triton.__version__, use_ws)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"))
+@pytest.mark.parametrize("n,k", ((200, 1024), (72, 2880)))
+def test_wide_m_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> None:
+    """block_m 256 (several M tiles a call; the consumers on 128 rows each): close to
+    reference-emulation, bit for bit the same on a repeat; M 129 .. 1000 (a last tile with
+    fewer than 128 rows: the second consumer stores none), N / K tails, 2 and 3 stages, bias,
+    zero / subnormal / Inf / NaN activations; its first 128 rows close to the one-partition
+    kernel's on them. (Run with the wide tile switched on: this test is what switches it on,
+    `WIDE_M_VERIFIED`.)"""
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    gen = torch.Generator().manual_seed(n + k + len(fmt) + 256)
+    prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
+                              SchemeContract(weight=key(fmt), activation=None))
+    bias = torch.randn(n, generator=gen).cuda()
+    for m, stages in ((129, 2), (300, 3), (1000, 2), (256, 3)):
+        x = special_rows(m, k, gen)
+        cfg = lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=stages, tma_x=True,
+                             ws=True)
+        one = lw.WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)
+        for b in (None, bias):
+            got = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+            again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
+            case = (n, k, m, stages, b is not None)
+            assert torch.equal(got.view(torch.int16), again.view(torch.int16)), case
+            assert close(got, reference_bf16(x, prepared, b)), case
+            head = fused_linear(x[:128], prepared, b, strategy="wgmma", config=one)
+            assert close(got[:128], head.float()), case
