@@ -7,8 +7,9 @@ Why: an instruction count is what a change to the element math moves, and it can
 without a GPU. It does not predict the time: on 2026-12-03 (H200) two versions with a quarter
 fewer instructions an element ran 9-20 % slower (docs/benchmarks.md part 12), so time every
 change on the GPU as well. Each variant is compiled for sm_90a (`triton.compile` with a
-GPUTarget, ptxas from the triton wheel) and its SASS (cuobjdump) counted. This also checks that every variant compiles with the triton installed
-(the H200 runs 3.6: put a 3.6 install first on PYTHONPATH).
+GPUTarget, ptxas from the triton wheel) and its SASS (cuobjdump) counted. This also checks
+that every variant compiles with the triton installed (the H200 runs 3.6: put a 3.6 install
+first on PYTHONPATH).
 
 Counted: every instruction line up to the last EXIT (the trailing BRA-to-self and NOP padding
 are not run). The kernels have no loops, so a thread runs each counted instruction at most once.

@@ -223,7 +223,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
     ap.add_argument("--parts", default="wgmma,mma,decode,large,dot,fp8,others")
-    ap.add_argument("--wgmma-grid", default="all", choices=("all", "warps8", "fused", "occupancy", "rep"),
+    ap.add_argument("--wgmma-grid", default="all",
+                    choices=("all", "warps8", "fused", "occupancy", "rep"),
                     help="wgmma variants: the whole grid, only two-warpgroup ones, or only the "
                     "fused-QDQ twins of the bucket's first two, the occupancy grid (K halves, "
                     "register caps) or the rep grid (128 rows a warpgroup); beside the table's "
