@@ -56,8 +56,8 @@ from kernels.triton.wgmma_decode import (acc_layout, along, decode, halves, slot
                                          words_layout, x_copy_layout)
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import (X_SMEM, XDesc, copy_tile, copyable_rows, cta_barrier,
-                                        expert_rows, finish_tile, qdq_x_tile, weight_ring,
-                                        x_descriptor)
+                                        expert_rows, finish_tile, layout_chunks, qdq_x_tile,
+                                        weight_ring, x_descriptor)
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
@@ -114,7 +114,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         s_ptr += e.to(gl.int64) * stride_se
         b_ptr += e.to(gl.int64) * (stride_we // (TW // TB))  # mxfp6: half as many B words
     ktiles = (K + BLOCK_K - 1) // BLOCK_K  # the K tiles to run (past K: the layout's zeros)
-    chunks = (K + 511) // 512 * 4  # 128-code chunks of a 64-row block in the layout
+    chunks = layout_chunks(K)  # 128-code chunks of a 64-row block in the layout
     k_lo = pid_s * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
     # offsets of a program's first K tile: per chunk, words [w][h][g][t][b_lo], scale bytes

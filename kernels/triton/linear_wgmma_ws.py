@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
 from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
-                                        weight_ring)
+                                        layout_chunks, weight_ring)
 
 ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
 WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
@@ -114,8 +114,8 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
     # the program's first K tile in the weight's layout (fp4_words.ALIGN: a 64-row block holds
-    # K padded to whole 512 codes: whole tiles of any BLOCK_K)
-    tile0 = gl.program_id(0) * ((K + 511) // 512 * (512 // BLOCK_K))
+    # K padded to whole tiles of any BLOCK_K)
+    tile0 = gl.program_id(0) * (layout_chunks(K) // (BLOCK_K // 128))
     row0 = gl.program_id(1) * BLOCK_M
     rows_left = M - row0
     if GROUPED:  # the tile table as the one-partition kernel's (linear_wgmma); a slot past the

@@ -29,6 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.spec.contract import QuantKey
 from kernels.spec.formats import get_format
+from kernels.triton.fp4_words import ALIGN, CHUNK_K
 from kernels.triton.mx_codec import ROUNDING_CODE, format_constexprs, qdq_blocks
 
 ACT_VERIFIED = True
@@ -86,6 +87,17 @@ def finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, 
     else:
         store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr,
                   rw_ptr, HAS_BIAS, GROUPED)
+
+
+_K_ALIGN = gl.constexpr(ALIGN[1])
+_CHUNK_K = gl.constexpr(CHUNK_K)
+
+
+@gluon.jit
+def layout_chunks(K):
+    """The 128-code chunks a 64-row block of the one layout holds (fp4_words.ALIGN: K padded
+    to whole ALIGN[1] codes), i.e. the chunk stride of its blocks."""
+    return (K + _K_ALIGN - 1) // _K_ALIGN * (_K_ALIGN // _CHUNK_K)
 
 
 @gluon.jit
@@ -200,5 +212,5 @@ def copyable_rows(x2d: Tensor) -> Tensor:
 
 
 __all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copyable_rows",
-           "cta_barrier", "expert_rows", "finish_tile", "qdq_x_tile", "store_out", "weight_ring",
-           "x_descriptor", "x_mask"]
+           "cta_barrier", "expert_rows", "finish_tile", "layout_chunks", "qdq_x_tile",
+           "store_out", "weight_ring", "x_descriptor", "x_mask"]
