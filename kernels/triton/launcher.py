@@ -93,15 +93,13 @@ class Bound:
         split = split_launcher(compiled)
         self.encoded = split is not None
         self._seen: dict = {}
-        if split is None:  # Triton's launcher takes the descriptors as they are
-            descs: dict = {}
-            fixed = [(a.data_ptr() if isinstance(a, torch.Tensor) else a,) for a in args]
-        else:  # the C launch: each fixed descriptor as the arguments it expands to, once
+        descs: dict = {}  # (none without a split: Triton's launcher encodes them itself)
+        if split is not None:  # the C launch: each fixed descriptor as its arguments, once
             self._raw, descs, coop_pdl, self._encode = split
             self._head = (*coop_pdl, None, None, self._meta, None, None, None)
-            fixed = [(a.data_ptr(),) if isinstance(a, torch.Tensor) else
-                     tuple(self._encode(a, descs[i])) if i in descs and i not in per_call else
-                     (a,) for i, a in enumerate(args)]
+        fixed = [(a.data_ptr(),) if isinstance(a, torch.Tensor) else
+                 tuple(self._encode(a, descs[i])) if i in descs and i not in per_call else
+                 (a,) for i, a in enumerate(args)]
         self._descs = tuple(descs.get(i) for i in per_call)
         cuts = (-1, *per_call, len(fixed))
         self._pieces = tuple(tuple(v for part in fixed[a + 1:b] for v in part)
@@ -110,16 +108,14 @@ class Bound:
     def __call__(self, stream: Any, values: Sequence[Any]) -> None:
         pieces = self._pieces
         args = pieces[0]
-        g = self._grid
-        if not self.encoded:
-            for value, piece in zip(values, pieces[1:]):
-                args = args + (value,) + piece
-            self._run(g[0], g[1], g[2], stream, self._function, self._meta, None, None, None,
-                      *args)
-            return
         for value, meta, piece in zip(values, self._descs, pieces[1:]):
             args = args + (self._encoded(value, meta) if meta is not None else (value,)) + piece
-        self._raw(g[0], g[1], g[2], stream, self._function, *self._head, *args)
+        g = self._grid
+        if self.encoded:
+            self._raw(g[0], g[1], g[2], stream, self._function, *self._head, *args)
+        else:
+            self._run(g[0], g[1], g[2], stream, self._function, self._meta, None, None, None,
+                      *args)
 
     def _encoded(self, desc: Any, meta: Any) -> tuple:
         """A per-call descriptor's launcher arguments, encoded once per (address, shape,
