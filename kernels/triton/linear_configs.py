@@ -68,9 +68,19 @@ _WIDE_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=2, warps=8, ma
 # On N = 28672 (448 programs of 64 rows, one CTA an SM: 3.4 waves) the wide rows stay first.
 # M = 1 it loses (mxfp4 8x256 st6 17.9 against 16.5 us; 8x512 not yet measured); M = 16 / 32
 # with long K tiles (512 / 256) it wins on N = 8192 (the rows there). Passed over while
-# `linear_wgmma.WS_VERIFIED` is off.
+# `linear_wgmma.WS_VERIFIED` is off (on since the whole-suite H200 run of 2026-12-03 17:21 UTC).
+# mxfp6 e3m2 / mxfp8 e4m3 at M = 1 / 16 / 32 (17:22-17:23 UTC, tools/gpu_sweeps.sh, part 15),
+# ws against the rows before, us:
+#   mxfp6 M = 16 16x256 st6 21.7 / 72.0 / 60.5 (23.5 / 66.8 / 67.2); M = 32 32x256 st6
+#         22.6 / 77.6 / 70.0 (28.5 / 80.2 / 71.3); M = 1 loses (8x512 st6 22.8 / 71.9 / 59.4
+#         against 22.2 / 59.7 / 60.0)
+#   mxfp8 M = 16 22.4 / 71.1 / 60.4 (23.1 / 69.5 / 63.7); M = 32 23.2 / 75.8 / 63.0 (25.3 /
+#         69.4 / 66.9); M = 1 8x256 st8 22.3 / 67.9 / 59.4 (23.1 / 70.9 / 61.5)
+# so ws on N = 8192 at M = 16 / 32 (and mxfp6's M = 32 everywhere), mxfp8's M = 1 everywhere.
 _M16 = WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)
 _M32 = WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)
+_WS_16 = WgmmaConfig(block_m=16, block_k=256, split=1, stages=6, tma_x=True, ws=True)
+_WS_32 = WgmmaConfig(block_m=32, block_k=256, split=1, stages=6, tma_x=True, ws=True)
 _WS_64 = WgmmaConfig(block_m=64, block_k=256, split=1, stages=4, tma_x=True, ws=True)
 _WS_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=4, tma_x=True, ws=True)
 TABLE: tuple[Choice, ...] = (
@@ -99,8 +109,7 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=4, stages=3, rep=2),
            k_min=16384),
     Choice("fp4", 32, "wgmma", _M32, n_min=16384),
-    Choice("fp4", 32, "wgmma", WgmmaConfig(block_m=32, block_k=256, split=1, stages=6,
-                                           tma_x=True, ws=True)),
+    Choice("fp4", 32, "wgmma", _WS_32),
     Choice("fp4", 32, "wgmma", _M32),
     # M = 64 on wide layers (N >= 16384): two warpgroups without split-K, 81.1 us against
     # 89.3 on 28672 x 8192 (H200 2026-12-02 02:55 UTC, tools/gpu_sweeps.sh); on N = 8192 the
@@ -145,10 +154,15 @@ TABLE: tuple[Choice, ...] = (
     #   M = 32  1.37 / 1.87 (two warpgroups, N >= 16384) / 1.77x | 1.22 / 1.77 / 1.70x
     #   M = 64  1.19 / 1.36 (two warpgroups, N >= 16384) / 1.47x | 1.11 / 1.28 / 1.19x
     #   M = 128 0.74 / 0.81 / 0.86x | 0.70 / 0.79 / 0.84x (M = 32 / 128: 03:05 UTC)
+    Choice("fp8", 1, "wgmma", WgmmaConfig(block_m=8, block_k=256, split=1, stages=8,
+                                          tma_x=True, ws=True)),
     Choice("fp8", 1, "wgmma", WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)),
-    Choice("fp8", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
+    Choice("fp8", 16, "wgmma", _M16, n_min=16384),
+    Choice("fp8", 16, "wgmma", _WS_16),
+    Choice("fp8", 16, "wgmma", _M16),
     Choice("fp8", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=1, stages=4, warps=8),
            n_min=16384),
+    Choice("fp8", 32, "wgmma", _WS_32),
     Choice("fp8", 32, "wgmma", WgmmaConfig(block_m=32, block_k=256, split=2, stages=3)),
     Choice("fp8", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8),
            n_min=16384),
@@ -185,10 +199,13 @@ TABLE: tuple[Choice, ...] = (
     Choice("other", 1, "wgmma", WgmmaConfig(block_m=8, block_k=256, split=2, stages=3, sub_k=2),
            n_min=16384),
     Choice("other", 1, "wgmma", WgmmaConfig(block_m=8, block_k=128, split=2, stages=4)),
-    Choice("other", 16, "wgmma", WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)),
+    Choice("other", 16, "wgmma", _M16, n_min=16384),
+    Choice("other", 16, "wgmma", _WS_16),
+    Choice("other", 16, "wgmma", _M16),
     # M = 32 (the sweep): e2m3 23.4 / 80.1, e3m2 29.7 / 94.7 us (the M = 64 row: 34 / 101, 38 / 115)
     # long K (rep 2, 04:58 UTC, e3m2 on 8192 x 28672): M = 32 71.3 against 73.8 us, M = 64
     # 91.5 against 94.5 us (on 8192^2 they lose: 26.7 / 33.0 against 25.2 / 30.5)
+    Choice("other", 32, "wgmma", _WS_32),
     Choice("other", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=4, stages=3, rep=2),
            k_min=16384),
     Choice("other", 32, "wgmma", WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)),

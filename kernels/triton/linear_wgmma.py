@@ -263,15 +263,17 @@ REP_VERIFIED = True
 # no test ever passed 150 s; docs/verification.md).
 TMA_X_VERIFIED = True
 # Warp-specialized (WgmmaConfig.ws, linear_wgmma_ws.py): written 2026-12-03 (compiled for
-# sm_90a offline); off until its GPU test (test_warp_specialized_matches_the_reference) has
-# passed in a whole-suite run on the H200.
-WS_VERIFIED = False
+# sm_90a offline); its GPU tests (test_warp_specialized_matches_the_reference, the Bound and
+# MoE experts' ws tests) passed and the whole suite with the table's ws rows on was green on
+# the H200 at b698ccb (2026-12-03 17:21 UTC, tools/gpu_check.sh: 3899 passed; the one weight
+# layout and the encoded descriptors included; docs/verification.md).
+WS_VERIFIED = True
 # block_m = BLOCK_M_WIDE (256 rows a program, several M tiles a call: the ws kernel's consumers on
-# 128 rows each, every K tile decoded by both): written 2026-12-03, compiled for sm_90a offline
-# (no spills, 140 KB of shared memory at 256 x 128 st2); off until
-# test_wide_m_matches_the_reference has passed in a whole-suite run on the H200, and in no
-# table row until measured (tools/gpu_sweeps.sh).
-WIDE_M_VERIFIED = False
+# 128 rows each, every K tile decoded by both): written 2026-12-03; test_wide_m_matches_the_
+# reference passed in the whole-suite H200 run of b698ccb (17:21 UTC). In no table row: slower
+# than the table at M = 1024 / 4096 on all three shapes (0.62-0.84x bf16 against 0.74-1.06x,
+# tools/gpu_sweeps.sh 17:24 UTC, docs/benchmarks.md part 15); runs where a caller forces it.
+WIDE_M_VERIFIED = True
 
 
 def table_config(cfg: object) -> object:

@@ -63,6 +63,7 @@ def test_the_wide_tile_is_ws_only_without_split_k_and_gated(monkeypatch) -> None
     with pytest.raises(ValueError, match=r"got ws=False, split=1"):
         lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2)
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
     reason = ("block_m=256 (large M, two consumers on 128 rows each): written, not yet "
               "verified on a GPU")
     assert lw.gated(wide) == reason and lw.passed_over(wide)
