@@ -256,9 +256,12 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
         return _dequant_gemm(x2d, prepared, bias).view(*lead, n)
     out = torch.empty((m, n), dtype=out_dtype, device=x.device)
     bias32 = bias if bias is None or bias.dtype == torch.float32 else bias.float()
-    if plan.wgmma is not None:
-        linear_wgmma.run_wgmma(plan.wgmma, x2d if plan.qdq is None else plan.qdq(x2d), out,
-                               bias32)
+    if plan.wgmma is not None:  # the stream looked up once for both launches
+        stream = launcher.current_stream(plan.wgmma.device)
+        if plan.qdq is not None:
+            x2d = plan.qdq.into_scratch(x2d, stream) if isinstance(plan.qdq, mx_quant.QdqPlan) \
+                else plan.qdq(x2d)
+        linear_wgmma.run_wgmma(plan.wgmma, x2d, out, bias32, stream)
         return out.view(*lead, n)
     if plan.gemv is not None:
         linear_gemv.run_gemv(plan.gemv, mx_quant.bits_view(x2d), mx_quant.bits_view(out), bias32)

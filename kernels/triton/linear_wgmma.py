@@ -35,7 +35,7 @@ against reference-emulation. GROUPED: MoE experts (moe_wgmma.py), one tile table
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -344,16 +344,18 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
     return None
 
 
-def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None) -> None:
+def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
+              stream: Any = None) -> None:
     """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16. Calls
     without bias into a dense aligned output (fused_linear's) take the plan's `Bound` for the
-    stream after the first: x, out, M and the two row strides are all that change."""
+    stream after the first: x, out, M and the two row strides are all that change. `stream`:
+    `launcher.current_stream(plan.device)` where the caller has it (None: looked up here)."""
     x2d = copyable_rows(x2d)
     m = x2d.shape[0]
     cfg = plan.cfg
     direct = bias is None and m <= cfg.block_m and out.stride(0) == plan.n
     if direct:
-        stream = launcher.current_stream(plan.device)
+        stream = stream if stream is not None else launcher.current_stream(plan.device)
         bound = plan.fast.get(stream)
         optr = out.data_ptr()
         if bound is not None and optr % 16 == 0:

@@ -324,23 +324,66 @@ class QdqPlan:
         r, k = x2d.shape
         out = torch.empty((r, k), dtype=x2d.dtype, device=x2d.device)
         if r and k:
-            sx = x2d.stride(0)
-            fkey = None
-            if self.fast is not None and x2d.data_ptr() % 16 == 0:
-                fkey = (launcher.current_stream(x2d.get_device()), r, sx)
-                bound = self.fast.get(fkey)
-                if bound is not None:
-                    bound(fkey[0], (x2d.data_ptr(), out.data_ptr()))
-                    return out
-            grid = (-(-r // self.tile["BLOCK_R"]), -(-k // self.tile["BLOCK_K"]))
-            xb, ob = bits_view(x2d), bits_view(out)
-            args = (xb, ob, r, k, sx, k) + self.tail
-            compiled = launcher.launch(_qdq_kernel, (self.key, launcher.aligned(xb), r == 1,
-                                                     r % 16 == 0, sx == 1, sx % 16 == 0), grid,
-                                       args, num_warps=GPU_WARPS, num_stages=3)
-            if fkey is not None and fkey[0] is not None and compiled is not None:
-                self.fast[fkey] = launcher.Bound(compiled, grid, args, (0, 1))
+            self._into(x2d, out, None if self.fast is None else
+                       launcher.current_stream(x2d.get_device()))
         return out
+
+    def into_scratch(self, x2d: torch.Tensor, stream: object) -> torch.Tensor:
+        """QDQ(x2d) written into `stream`'s scratch rows (`scratch`), for a caller whose next
+        kernel on that stream reads it and nothing later (a linear layer's activation): one
+        allocation less a call. Where there is no such stream (None: launch hooks set, another
+        device) or a CUDA graph is being captured, a fresh tensor as `__call__`."""
+        r, k = x2d.shape
+        if stream is None or self.fast is None or not (r and k) or \
+                torch.cuda.is_current_stream_capturing():
+            return self(x2d)
+        out = scratch(stream, r, k, x2d.dtype, x2d.device)
+        self._into(x2d, out, stream)
+        return out
+
+    def _into(self, x2d: torch.Tensor, out: torch.Tensor, stream: object) -> None:
+        """One launch: QDQ(x2d) into out (dense rows, x2d's shape); through the plan's `Bound`
+        for (stream, rows, row stride) after the first."""
+        r, k = x2d.shape
+        sx = x2d.stride(0)
+        fkey = None
+        if stream is not None and x2d.data_ptr() % 16 == 0:
+            fkey = (stream, r, sx)
+            bound = self.fast.get(fkey)
+            if bound is not None:
+                bound(stream, (x2d.data_ptr(), out.data_ptr()))
+                return
+        grid = (-(-r // self.tile["BLOCK_R"]), -(-k // self.tile["BLOCK_K"]))
+        xb, ob = bits_view(x2d), bits_view(out)
+        args = (xb, ob, r, k, sx, k) + self.tail
+        compiled = launcher.launch(_qdq_kernel, (self.key, launcher.aligned(xb), r == 1,
+                                                 r % 16 == 0, sx == 1, sx % 16 == 0), grid,
+                                   args, num_warps=GPU_WARPS, num_stages=3)
+        if fkey is not None and compiled is not None:
+            self.fast[fkey] = launcher.Bound(compiled, grid, args, (0, 1))
+
+
+# A stream's scratch rows: (flat buffer, {(rows, K, dtype): its [rows, K] view}). Kernels of one
+# stream run in order, so a buffer that one kernel writes and the next reads serves every layer
+# on the stream; grown (the views rebuilt), never shared across streams.
+_SCRATCH: dict = {}
+
+
+def scratch(stream: object, r: int, k: int, dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """[r, k] rows of `dtype` in `stream`'s scratch on `device` (contents undefined): the same
+    memory on every call of the stream, so it holds only until the stream's next use."""
+    key = (device, stream)
+    held = _SCRATCH.get(key)
+    view = None if held is None else held[1].get((r, k, dtype))
+    if view is not None:
+        return view
+    need = r * k * torch.empty((), dtype=dtype).element_size()
+    if held is None or held[0].numel() < need:
+        held = _SCRATCH[key] = (torch.empty(max(need, 1 << 16), dtype=torch.uint8,
+                                            device=device), {})
+    view = held[1][(r, k, dtype)] = held[0][:need].view(dtype).view(r, k)
+    return view
 
 
 def qdq(x2d: torch.Tensor, fmt: ElemFormat, rounding: str) -> torch.Tensor:

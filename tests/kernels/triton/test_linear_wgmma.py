@@ -689,6 +689,37 @@ def test_wgmma_replays_in_a_cuda_graph() -> None:
 
 
 @gpu
+def test_w4a4_layers_share_the_streams_qdq_scratch() -> None:
+    """W4A4 on wgmma QDQs x into the stream's scratch rows (mx_quant.scratch: one allocation
+    less a call): two layers called in turn on one stream give, each call, the bits of their
+    own first call and the reference's values; a CUDA graph captured of the first (its QDQ in
+    the graph's pool) replays them after the other layer has used the scratch."""
+    from kernels.triton import mx_quant
+
+    gen = torch.Generator().manual_seed(12)
+    akey = key("mxfp4", static=False)
+    layers = [KERNEL.prepare(fp4_weight(200, 1024, gen).to("cuda"),
+                             SchemeContract(weight=key("mxfp4"), activation=akey))
+              for _ in range(2)]
+    xs = [torch.randn(9, 1024, generator=gen).to(torch.bfloat16).cuda() for _ in range(2)]
+    first = [fused_linear(x, p) for x, p in zip(xs, layers)]
+    for x, p, want in zip(xs, layers, first):
+        assert close(want, reference_bf16(x, p))
+    for _ in range(3):
+        for x, p, want in zip(xs, layers, first):
+            assert same_values(fused_linear(x, p), want)
+    stream = launcher_mod.current_stream(torch.cuda.current_device())
+    held = mx_quant._SCRATCH[(xs[0].device, stream)]
+    assert (9, 1024, torch.bfloat16) in held[1], "the QDQ'd rows were the stream's scratch"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fused_linear(xs[0], layers[0])
+    fused_linear(xs[1], layers[1])
+    graph.replay()
+    assert same_values(captured, first[0])
+
+
+@gpu
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"])
 def test_bound_launches_give_the_general_paths_bits(fmt: str) -> None:
     """Calls after a plan's first go through its `launcher.Bound` (pointers as ints, per

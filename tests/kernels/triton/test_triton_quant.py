@@ -287,3 +287,50 @@ def test_a_kept_qdq_plan_launches_later_calls_with_the_first_calls_arguments(
     plan(torch.zeros(5, 256, dtype=torch.bfloat16))
     assert len(general) == 4 and len(bound) == 1
     assert _tri.QdqPlan("mxfp4", "even", torch.bfloat16, 256).fast is None  # qdq(): not kept
+
+
+def test_a_streams_scratch_rows_are_one_memory_grown_as_needed() -> None:
+    """`scratch`: the same [rows, K] view for the same (stream, rows, K, dtype); other rows of
+    the stream in the same memory; a larger need regrows it; another stream its own memory."""
+    cpu = torch.device("cpu")
+    a = _tri.scratch("s1", 4, 64, torch.bfloat16, cpu)
+    assert a.shape == (4, 64) and a.dtype == torch.bfloat16 and a.is_contiguous()
+    assert _tri.scratch("s1", 4, 64, torch.bfloat16, cpu) is a
+    b = _tri.scratch("s1", 2, 64, torch.float32, cpu)
+    assert b.data_ptr() == a.data_ptr() and b.shape == (2, 64)
+    other = _tri.scratch("s2", 4, 64, torch.bfloat16, cpu)
+    assert other.data_ptr() != a.data_ptr()
+    big = _tri.scratch("s1", 1024, 128, torch.bfloat16, cpu)  # past 64 KiB: regrown
+    assert big.shape == (1024, 128) and big.data_ptr() != a.data_ptr()
+    again = _tri.scratch("s1", 4, 64, torch.bfloat16, cpu)
+    assert again.data_ptr() == big.data_ptr()  # views rebuilt on the new memory
+
+
+def test_qdq_into_scratch_writes_the_streams_rows_and_else_a_fresh_tensor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """QdqPlan.into_scratch (a linear layer's activation QDQ): on a stream, QDQ(x) bit for bit in
+    that stream's scratch rows (the same memory on the next call); with no stream (hooks set),
+    while a CUDA graph is captured (the graph's pool), or for a plan not kept, a fresh tensor."""
+    from kernels.triton import launcher
+
+    capturing = {"now": False}
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing["now"])
+    monkeypatch.setattr(launcher, "current_stream", lambda device: None)  # (no CUDA here)
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(3, 256, generator=gen).to(torch.bfloat16)
+    y = torch.randn(3, 256, generator=gen).to(torch.bfloat16)
+    plan = _tri.QdqPlan("mxfp4", "even", torch.bfloat16, 256, keep_launches=True)
+    plan.fast = {}  # kept (the interpreter keeps none; its launches give no Bound)
+    got = plan.into_scratch(x, "stream")
+    assert torch.equal(got.view(torch.int16), _tri.qdq(x, "mxfp4", "even").view(torch.int16))
+    assert got.data_ptr() == _tri.scratch("stream", 3, 256, torch.bfloat16, x.device).data_ptr()
+    later = plan.into_scratch(y, "stream")
+    assert later.data_ptr() == got.data_ptr()
+    assert torch.equal(later.view(torch.int16), _tri.qdq(y, "mxfp4", "even").view(torch.int16))
+    for stream, capture, kept in ((None, False, True), ("stream", True, True),
+                                  ("stream", False, False)):
+        capturing["now"] = capture
+        plan.fast = {} if kept else None
+        fresh = plan.into_scratch(x, stream)
+        assert fresh.data_ptr() != got.data_ptr(), (stream, capture, kept)
+        assert torch.equal(fresh.view(torch.int16), _tri.qdq(x, "mxfp4", "even").view(torch.int16))
