@@ -308,7 +308,7 @@ def main() -> None:
                     for t in [(128, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 128, 128, 8, 3)]:
                         variants += [(f"tiled {t}", lambda x, p, t=t: fused_linear(
                             x, p, strategy="tiled", config=t))]
-                if m >= 128 and "large" in parts:
+                if m >= 128 and {"large", "dequant"} & parts:  # dequant: that one alone
                     variants += [("dequant-gemm", lambda x, p: fused_linear(
                         x, p, strategy="dequant-gemm"))]
                 if "dot" in parts and (w != "mxfp8_e4m3" or "fp8" in parts):

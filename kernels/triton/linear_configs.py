@@ -81,6 +81,13 @@ _M16 = WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)
 _M32 = WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)
 _WS_16 = WgmmaConfig(block_m=16, block_k=256, split=1, stages=6, tma_x=True, ws=True)
 _WS_32 = WgmmaConfig(block_m=32, block_k=256, split=1, stages=6, tma_x=True, ws=True)
+# Large M (several 256-row M tiles a call: the wide ws tile, 128 weight rows a program, wgmma
+# N = 256; written 2026-12-03, gated by linear_wgmma.WIDE_M_VERIFIED: passed over until then).
+# Shared memory: mxfp4 3 stages (218 KiB), mxfp6 / mxfp8 2 (153 / 161 KiB; 3 are past 227).
+# Against dequant-gemm (dequantize, then cuBLAS): not yet measured (tools/gpu_sweeps.sh).
+LARGE_M = 1 << 30  # a row's m_max for every M (m_bucket's bucket past 128)
+_WS_WIDE_3 = WgmmaConfig(block_m=256, block_k=128, split=1, stages=3, tma_x=True, ws=True)
+_WS_WIDE_2 = WgmmaConfig(block_m=256, block_k=128, split=1, stages=2, tma_x=True, ws=True)
 _WS_64 = WgmmaConfig(block_m=64, block_k=256, split=1, stages=4, tma_x=True, ws=True)
 _WS_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=4, tma_x=True, ws=True)
 TABLE: tuple[Choice, ...] = (
@@ -138,6 +145,7 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp4", 128, "wgmma", _WS_128),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
                                             max_tiles=256, tma_x=True)),
+    Choice("fp4", LARGE_M, "wgmma", _WS_WIDE_3),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
     # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
     # decode 27.4 / 66.6 / 88.4); M <= 16 mma 23.5 / 73 / 69 (old 45 / 131 / 142)
@@ -178,6 +186,7 @@ TABLE: tuple[Choice, ...] = (
                                             sub_k=2), k_min=16384),
     Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3, warps=8,
                                             max_tiles=128, tma_x=True), n_min=8192),
+    Choice("fp8", LARGE_M, "wgmma", _WS_WIDE_2),
     # mxfp8 e5m2 (or e4m3 where wgmma does not apply) via the fp8 convert: M = 1 / 16 / 64
     # 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
     Choice("fp8", 16, "mma", _SMALL),
@@ -226,6 +235,7 @@ TABLE: tuple[Choice, ...] = (
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2,
                                               sub_k=2, tma_x=True), n_min=8192),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)),
+    Choice("other", LARGE_M, "wgmma", _WS_WIDE_2),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)
     Choice("other", 1, "decode", GPU_FMA_CONFIG_8BIT),
@@ -308,7 +318,7 @@ def m_bucket(m: int) -> int:
     for top in (1, 16, 32, 64, 128):
         if m <= top:
             return top
-    return 1 << 30
+    return LARGE_M
 
 
-__all__ = ["Choice", "TABLE", "choose", "config_for", "m_bucket", "weight_family"]
+__all__ = ["LARGE_M", "Choice", "TABLE", "choose", "config_for", "m_bucket", "weight_family"]

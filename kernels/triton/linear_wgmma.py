@@ -268,12 +268,13 @@ TMA_X_VERIFIED = True
 # the H200 at b698ccb (2026-12-03 17:21 UTC, tools/gpu_check.sh: 3899 passed; the one weight
 # layout and the encoded descriptors included; docs/verification.md).
 WS_VERIFIED = True
-# block_m = BLOCK_M_WIDE (256 rows a program, several M tiles a call: the ws kernel's consumers on
-# 128 rows each, every K tile decoded by both): written 2026-12-03; test_wide_m_matches_the_
-# reference passed in the whole-suite H200 run of b698ccb (17:21 UTC). In no table row: slower
-# than the table at M = 1024 / 4096 on all three shapes (0.62-0.84x bf16 against 0.74-1.06x,
-# tools/gpu_sweeps.sh 17:24 UTC, docs/benchmarks.md part 15); runs where a caller forces it.
-WIDE_M_VERIFIED = True
+# block_m = BLOCK_M_WIDE (256 activation rows and 128 weight rows a program, several M tiles a
+# call: the ws kernel's consumers on 64 weight rows each, wgmma N = 256): written 2026-12-03
+# after the first wide tile (64 weight rows, both consumers decoding each tile; verified in the
+# whole-suite run of b698ccb but 0.62-0.84x bf16 at M = 1024 / 4096, benchmarks part 15);
+# compiled for sm_90a offline; off until test_wide_m_matches_the_reference has passed in a
+# whole-suite H200 run, and in no table row until measured faster (tools/gpu_sweeps.sh).
+WIDE_M_VERIFIED = False
 
 
 def table_config(cfg: object) -> object:
@@ -309,7 +310,7 @@ def gated(cfg: WgmmaConfig) -> Optional[str]:
         return "ws (warp-specialized: a TMA loader warp, two consumers): written, not yet " \
             "verified on a GPU"
     if cfg.block_m == BLOCK_M_WIDE and not WIDE_M_VERIFIED:
-        return f"block_m={BLOCK_M_WIDE} (large M, two consumers on 128 rows each): written, " \
+        return f"block_m={BLOCK_M_WIDE} (large M, two consumers of 64 weight rows): written, " \
             "not yet verified on a GPU"
     return None
 

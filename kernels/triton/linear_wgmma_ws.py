@@ -20,9 +20,13 @@ At M = 128 ncu put 25 % of the samples on the loop top (copies, barriers), 23 % 
   which adds it (even tiles + odd tiles: a fixed order, deterministic) and finishes the tile as
   the one-partition kernel does (wgmma_tiles.finish_tile: bias, bf16 store, or split-K);
 - BLOCK_M 256 (large M, several M tiles a call; `wgmma_config.BLOCK_M_WIDE`, gated by
-  linear_wgmma.WIDE_M_VERIFIED): the consumers split the activation rows instead, 128 each,
-  both decoding every K tile (a 64 x 256 fp32 sum handed over would not fit the registers),
-  each storing its own rows; no split-K, dense only.
+  linear_wgmma.WIDE_M_VERIFIED): 128 weight rows a program, 64 a consumer (two blocks of the
+  layout, each in its own ring), both consumers on every K tile and on all 256 activation rows
+  of the one x tile (wgmma N = 256), each storing its own 64 output features. Against 64 rows
+  a program (tried first: both consumers decoding the same tile, 128 activation rows each —
+  0.62-0.84x bf16 at M = 1024 / 4096, benchmarks part 15) a decoded tile feeds twice the
+  tensor-core work and an x tile twice the weight rows: cuBLAS's 128 x 256 tile, the weight
+  decoded into the A registers. No split-K, dense only.
 
 The kernel takes the one-partition kernel's parameters (so run_wgmma and its `launcher.Bound`,
 and moe_wgmma's launch, serve both): the weight operands are TMA descriptors
@@ -41,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
 from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
-                                        layout_chunks, weight_ring)
+                                        layout_chunks, store_out, weight_ring)
 
 ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
 WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
@@ -105,17 +109,18 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     moe_wgmma): the one-partition kernel's tile table and operands (x the rows in expert
     order; the descriptors span every expert, stride_we words an expert)."""
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
-    # BLOCK_M 256 (large M): the consumers split the rows, 128 each, and both take every K tile
-    # (each decodes it: no hand-off of a 64 x 256 sum, which would not fit the registers)
-    MSPLIT: gl.constexpr = BLOCK_M == 256
-    gl.static_assert(len(ACT) == 0 and (STAGES % 2 == 0 or MSPLIT))  # (WgmmaConfig says why)
-    gl.static_assert(not MSPLIT or (SPLIT == 1 and not GROUPED))
+    # BLOCK_M 256 (large M): 128 weight rows, consumer C the layout's block 2 * pid + C in its
+    # own ring, both on every K tile and all 256 rows (the module docstring)
+    WIDE: gl.constexpr = BLOCK_M == 256
+    gl.static_assert(len(ACT) == 0 and (STAGES % 2 == 0 or WIDE))  # (WgmmaConfig says why)
+    gl.static_assert(not WIDE or (SPLIT == 1 and not GROUPED))
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
     # the program's first K tile in the weight's layout (fp4_words.ALIGN: a 64-row block holds
     # K padded to whole tiles of any BLOCK_K)
-    tile0 = gl.program_id(0) * (layout_chunks(K) // (BLOCK_K // 128))
+    block_tiles = layout_chunks(K) // (BLOCK_K // 128)  # K tiles a 64-row block
+    tile0 = gl.program_id(0) * (2 if WIDE else 1) * block_tiles
     row0 = gl.program_id(1) * BLOCK_M
     rows_left = M - row0
     if GROUPED:  # the tile table as the one-partition kernel's (linear_wgmma); a slot past the
@@ -126,16 +131,17 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
         rows_left = gl.where(live, rows_left, 0)
         k_hi = gl.where(live, k_hi, k_lo)
         tile0 += e * (stride_we // (8 * BLOCK_K))  # an expert's words: whole 64-row tiles
-    w_smem, b_smem, s_smem = weight_ring(STAGES, 4, BLOCK_K // 128, FMT)  # one warpgroup's
+    # a 64-row block's slots (WIDE: the second consumer's block in slots STAGES ..)
+    w_smem, b_smem, s_smem = weight_ring(STAGES * (2 if WIDE else 1), 4, BLOCK_K // 128, FMT)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], X_SMEM)
-    red_smem = gl.allocate_shared_memory(gl.float32, [64, 16 if MSPLIT else BLOCK_M],
+    red_smem = gl.allocate_shared_memory(gl.float32, [64, 16 if WIDE else BLOCK_M],
                                          gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     red_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(full.index(s), count=1)
-        mbarrier.init(empty.index(s), count=2 if MSPLIT else 1)  # (MSPLIT: both read a slot)
+        mbarrier.init(empty.index(s), count=2 if WIDE else 1)  # (WIDE: both read a slot)
     mbarrier.init(red_bar, count=1)
     fence_async_shared()  # the inits before any TMA copy completes on them
     gl.warp_specialize([
@@ -147,33 +153,39 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                             bias_ptr, out_ptr, dest_ptr, rw_ptr, row0, rows_left, N, stride_o,
                             k_lo, k_hi, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT)),
         (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full, empty,
-                   row0, tile0, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
+                   row0, tile0, block_tiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
     ], [4, 1], [WREGS, LOADER_REGS])
 
 
 @gluon.jit
 def _loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full, empty, row0,
-            tile0, k_lo, k_hi, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+            tile0, block_tiles, k_lo, k_hi, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
             STAGES: gl.constexpr, FMT: gl.constexpr):
     """One warp: K tile kk into slot (kk - k_lo) % STAGES once its consumer released it (a
-    fresh "empty" barrier passes the first round: parity 1)."""
+    fresh "empty" barrier passes the first round: parity 1); BLOCK_M 256: the tile of both
+    64-row blocks, the second's weight operands in slot STAGES + that."""
+    WIDE: gl.constexpr = BLOCK_M == 256
     WR: gl.constexpr = 8 * BLOCK_K // _ROW  # rows of a tile's words in their flat view
     BR: gl.constexpr = WR if FMT == 3 else WR // 2
     SR: gl.constexpr = 2 * BLOCK_K // _ROW
     XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
+    WB: gl.constexpr = ((WR + BR) * 4 if FMT else WR * 4) * _ROW + SR * _ROW  # a block's bytes
     for kk in range(k_lo, k_hi):
         i = kk - k_lo
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
         bar = full.index(s)
-        t = tile0 + kk
-        if FMT:
-            mbarrier.expect(bar, XB + (WR + BR) * _ROW * 4 + SR * _ROW)
-            _tma_load(b_desc, [t * BR, 0], bar, _as_box(b_smem.index(s), gl.int32, BR, W_FLAT))
-        else:
-            mbarrier.expect(bar, XB + WR * _ROW * 4 + SR * _ROW)
-        _tma_load(w_desc, [t * WR, 0], bar, _as_box(w_smem.index(s), gl.int32, WR, W_FLAT))
-        _tma_load(s_desc, [t * SR, 0], bar, _as_box(s_smem.index(s), gl.uint8, SR, S_FLAT))
+        mbarrier.expect(bar, XB + WB * (2 if WIDE else 1))
+        for c in gl.static_range(2 if WIDE else 1):
+            t = tile0 + c * block_tiles + kk
+            slot = c * STAGES + s
+            if FMT:
+                _tma_load(b_desc, [t * BR, 0], bar, _as_box(b_smem.index(slot), gl.int32, BR,
+                                                            W_FLAT))
+            _tma_load(w_desc, [t * WR, 0], bar, _as_box(w_smem.index(slot), gl.int32, WR,
+                                                        W_FLAT))
+            _tma_load(s_desc, [t * SR, 0], bar, _as_box(s_smem.index(slot), gl.uint8, SR,
+                                                        S_FLAT))
         _tma_load(x_desc, [row0, kk * BLOCK_K], bar, x_smem.index(s))
 
 
@@ -182,25 +194,23 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
              BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
              FMT: gl.constexpr):
     """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows and the
-    program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its 128 of the rows."""
-    MSPLIT: gl.constexpr = BLOCK_M == 256
-    CM: gl.constexpr = 128 if MSPLIT else BLOCK_M  # the consumer's activation rows
+    program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its own 64 rows."""
+    WIDE: gl.constexpr = BLOCK_M == 256
     NBH: gl.constexpr = BLOCK_K // 128
     WL: gl.constexpr = words_layout(4, NBH)
     SL: gl.constexpr = gl.SliceLayout(2, WL)
-    MMA: gl.constexpr = acc_layout(4, CM)
+    MMA: gl.constexpr = acc_layout(4, BLOCK_M)
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    acc = gl.zeros([64, CM], gl.float32, MMA)
-    for kk in range(k_lo + (0 if MSPLIT else C), k_hi, 1 if MSPLIT else 2):
+    acc = gl.zeros([64, BLOCK_M], gl.float32, MMA)
+    for kk in range(k_lo + (0 if WIDE else C), k_hi, 1 if WIDE else 2):
         i = kk - k_lo
         s = i % STAGES
         mbarrier.wait(full.index(s), (i // STAGES) & 1)
-        words, bw, base, sword = slot_operands(w_smem.index(s), b_smem.index(s), s_smem.index(s),
-                                               WL, SL, 4, NBH, FMT)
+        ws = C * STAGES + s if WIDE else s  # the slot of the consumer's weight rows
+        words, bw, base, sword = slot_operands(w_smem.index(ws), b_smem.index(ws),
+                                               s_smem.index(ws), WL, SL, 4, NBH, FMT)
         a = decode(words, bw, base, sword, 64, BLOCK_K, A, FMT)
         xb = x_smem.index(s)
-        if MSPLIT:
-            xb = xb.slice(128 * C, 128)
         acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])  # (A registers: see the module)
         mbarrier.arrive(empty.index(s))  # every thread's reads of the slot are done
@@ -215,13 +225,11 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
                     STAGES: gl.constexpr, FMT: gl.constexpr):
     """The default partition: the even tiles, then + the second consumer's sum, and the tile's
     output (bias / store / split-K, as the one-partition kernel); BLOCK_M 256: every tile, the
-    first 128 rows' output."""
+    first 64 weight rows' output."""
     acc = _consume(0, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
     if BLOCK_M == 256:
-        MMA: gl.constexpr = acc_layout(4, 128)
-        finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
-                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, 128, MMA)
+        _store_part(acc, 0, out_ptr, row0, rows_left, N, stride_o, bias_ptr, HAS_BIAS)
     else:
         MMA: gl.constexpr = acc_layout(4, BLOCK_M)
         mbarrier.wait(red_bar, 0)
@@ -236,17 +244,27 @@ def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_
                      HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
                      STAGES: gl.constexpr, FMT: gl.constexpr):
     """A worker partition: the odd tiles, its sum handed to the first consumer; BLOCK_M 256:
-    every tile, the last 128 rows' output (dense, no split-K)."""
+    every tile, the second 64 weight rows' output (dense, no split-K)."""
     acc = _consume(1, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
     if BLOCK_M == 256:
-        MMA: gl.constexpr = acc_layout(4, 128)
-        finish_tile(acc, out_ptr, out_ptr, out_ptr, row0 + 128, rows_left - 128, N, stride_o,
-                    bias_ptr, dest_ptr, rw_ptr, HAS_BIAS, False, 1, 64, 128, MMA)
+        _store_part(acc, 1, out_ptr, row0, rows_left, N, stride_o, bias_ptr, HAS_BIAS)
     else:
         red_smem.store(acc)
         cta_barrier()  # (this partition's 128 threads) every store in before the arrive
         mbarrier.arrive(red_bar)
+
+
+@gluon.jit
+def _store_part(acc, C: gl.constexpr, out_ptr, row0, rows_left, N, stride_o, bias_ptr,
+                HAS_BIAS: gl.constexpr):
+    """BLOCK_M 256: consumer C's [64, 256] sum — output features (2 * pid + C) * 64 .. — to the
+    output (+ bias, bf16; dense, no split-K)."""
+    MMA: gl.constexpr = acc_layout(4, 256)
+    rows = gl.arange(0, 64, layout=gl.SliceLayout(1, MMA))
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, MMA))
+    store_out(acc, out_ptr, (2 * gl.program_id(0) + C) * 64 + rows, cols, row0, rows_left, N,
+              stride_o, bias_ptr, out_ptr, out_ptr, HAS_BIAS, False)
 
 
 __all__ = ["ROW", "ws_descriptors"]

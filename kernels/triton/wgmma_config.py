@@ -25,8 +25,9 @@ from kernels.triton.linear_mma import _LOCK_TILES
 # wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
 # the 2026-12-01 sweeps, N x K 200 x 1024 and 28672 x 8192, three calls each, bit-identical).
 BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
-# Large M (several M tiles a call): 256 activation rows a program, the ws kernel's two consumers
-# on 128 each (linear_wgmma_ws); gated by linear_wgmma.WIDE_M_VERIFIED.
+# Large M (several M tiles a call): 256 activation rows and 128 weight rows a program, the ws
+# kernel's two consumers on 64 weight rows each (linear_wgmma_ws); gated by
+# linear_wgmma.WIDE_M_VERIFIED.
 BLOCK_M_WIDE = 256
 
 
@@ -47,15 +48,17 @@ class WgmmaConfig:
 
     @property
     def groups(self) -> int:
-        """16-row groups a program's weight tile (the layouts' `warps`)."""
-        return self.warps * self.rep
+        """16-row groups a program's weight tile (the layouts' `warps`; the wide ws tile: two
+        consumers of 64 rows)."""
+        return 8 if self.block_m == BLOCK_M_WIDE else self.warps * self.rep
 
     def __post_init__(self) -> None:
         if self.block_m == BLOCK_M_WIDE:
             if not self.ws or self.split != 1:
-                raise ValueError(f"WgmmaConfig: block_m={BLOCK_M_WIDE} (large M: the two "
-                                 "consumers on 128 rows each) runs the warp-specialized kernel "
-                                 f"only, without split-K (got ws={self.ws}, split={self.split})")
+                raise ValueError(f"WgmmaConfig: block_m={BLOCK_M_WIDE} (large M: two consumers of "
+                                 "64 weight rows on all 256 rows) runs the warp-specialized "
+                                 f"kernel only, without split-K (got ws={self.ws}, "
+                                 f"split={self.split})")
         elif self.block_m not in BLOCK_M_VERIFIED:
             raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
                              f"{BLOCK_M_VERIFIED} (verified on the H200) or {BLOCK_M_WIDE} (ws)")

@@ -237,6 +237,7 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     from kernels.triton import linear_wgmma as lw
 
     monkeypatch.setattr(lw, "WS_VERIFIED", False)
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
 
     bf, f16 = torch.bfloat16, torch.float16
     fp4 = {"W_PACK": 1, "W_BITS": 4, "W_IS_INT": False}
@@ -308,7 +309,17 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
         narrow = le.strategy_for(64, bf, bf, None, True, family, n=8192, k=8192)[1]
         assert (wide.ws, wide.warps, narrow.ws, narrow.split) == \
             (wide_ws, 4 if wide_ws else 8, True, 1), family
+    # ... and past M = 128 the wide ws tile (256 rows a program; dequant-gemm while it is gated)
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    for family, stages in ((fp4, 3), (fp8, 2), (int8, 2)):
+        for m in (129, 4096):
+            strategy, cfg = le.strategy_for(m, bf, bf, None, True, family, n=8192, k=8192)
+            assert (strategy, cfg.block_m, cfg.ws, cfg.stages) == ("wgmma", 256, True, stages)
+        assert le.strategy_for(129, bf, bf, None, True, family, skip=("wgmma",), n=8192,
+                               k=8192)[0] == "dequant-gemm"
+    assert le.strategy_for(128, bf, bf, None, True, fp4, n=8192, k=8192)[1].block_m == 128
     monkeypatch.setattr(lw, "WS_VERIFIED", False)
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
     assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 65, 128, 129)] == \
         [1, 16, 16, 32, 32, 64, 64, 128, 128, 1 << 30]
     prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),

@@ -23,7 +23,7 @@ from kernels.triton.fp6_words import wgmma_layout_fp6
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16, special_rows
 from support.mx_weights import e4m3_weight, fp4_weight, fp6_weight
-from support.sm90_compile import case_ids, compile_cases
+from support.sm90_compile import SM90_SHARED, case_ids, compile_cases
 from support.wgmma_launches import record_launches, two_experts
 
 KERNEL = load_kernel("triton-emulation")
@@ -52,19 +52,20 @@ def test_ws_configs_need_two_4_warp_consumers_and_tma() -> None:
 
 
 def test_the_wide_tile_is_ws_only_without_split_k_and_gated(monkeypatch) -> None:
-    """block_m 256 (large M: the consumers on 128 rows each, both reading every K tile, so odd
+    """block_m 256 (large M: two consumers of 64 weight rows, both reading every K tile, so odd
     stages are fine): ws only, no split-K; gated (passed over, refused with the reason), any
     number of M tiles once open; MoE experts refuse it (dense layers only)."""
     wide = ws_config(block_m=256, stages=3)
-    with pytest.raises(ValueError, match=r"block_m=256 \(large M: the two consumers on 128 rows "
-                                         r"each\) runs the warp-specialized kernel only, without "
-                                         r"split-K \(got ws=True, split=2\)"):
+    with pytest.raises(ValueError, match=r"block_m=256 \(large M: two consumers of 64 weight "
+                                         r"rows on all 256 rows\) runs the warp-specialized "
+                                         r"kernel only, without split-K \(got ws=True, "
+                                         r"split=2\)"):
         ws_config(block_m=256, split=2)
     with pytest.raises(ValueError, match=r"got ws=False, split=1"):
         lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2)
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
     monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
-    reason = ("block_m=256 (large M, two consumers on 128 rows each): written, not yet "
+    reason = ("block_m=256 (large M, two consumers of 64 weight rows): written, not yet "
               "verified on a GPU")
     assert lw.gated(wide) == reason and lw.passed_over(wide)
     bf, fp4 = torch.bfloat16, {"W_PACK": 1, "W_BITS": 4, "W_SAT": False}
@@ -112,10 +113,14 @@ def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> 
     for row in ws_rows:
         m, n = row.m_max, max(row.n_min, 8192)
         off = lc.choose(row.family, m, False, n=n, k=8192, passed_over=lw.passed_over)
+        if m == lc.LARGE_M:  # the wide tile's rows: nothing past them (dequant-gemm runs)
+            assert off is None, row
+            continue
         assert not off.config.ws and off.strategy == "wgmma", row
         assert not lc.config_for("wgmma", row.family, m, False, n=n, k=8192,
                                  experts=True).ws
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
     assert not lw.passed_over(cfg) and lw.gated(cfg) is None
     for row in ws_rows:
         on = lc.choose(row.family, row.m_max, False, n=8192, k=8192, passed_over=lw.passed_over)
@@ -230,7 +235,7 @@ for c in json.loads(sys.stdin.read()):
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
              if (n in ptrs or n in by16) and not sig[n].startswith("tensordesc")}
     found.append(ptx_facts(kern, sig, consts, attrs, (
-        r"wgmma\\.mma_async", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
+        r"wgmma\\.mma_async", r"m64n256k16", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
         r"cp\\.async\\.cg", r"ld\\.local", r"st\\.local")))
 print(json.dumps(found))
 """
@@ -244,8 +249,9 @@ COMPILE_CASES = [
     dict(BLOCK_M=16, BLOCK_K=512, STAGES=4, FMT=0, SPLIT=1, HAS_BIAS=False),
     dict(BLOCK_M=128, BLOCK_K=128, STAGES=4, FMT=0, SPLIT=2, HAS_BIAS=False, GROUPED=True),
     dict(BLOCK_M=64, BLOCK_K=256, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False, GROUPED=True),
-    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=0, SPLIT=1, HAS_BIAS=True),
-    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=2, SPLIT=1, HAS_BIAS=False)]
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=True),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False)]
 
 
 @pytest.fixture(scope="module")
@@ -255,19 +261,24 @@ def compiled_cases() -> list:
 
 @pytest.mark.parametrize("index", range(len(COMPILE_CASES)), ids=case_ids(COMPILE_CASES))
 def test_the_ws_kernel_compiles_for_sm90(index: int, compiled_cases: list) -> None:
-    """For sm_90a (no GPU needed): two consumers' wgmmas (BLOCK_K / 16 each); every copy by
-    TMA (x in 64-column boxes, words, B words, scale bytes), none by cp.async; each slot's
-    barrier expects exactly those bytes; the loader / consumer register split (setmaxnreg 40 /
-    232); no spills; shared stores only for the second consumer's accumulator."""
+    """For sm_90a (no GPU needed): two consumers' wgmmas (BLOCK_K / 16 each; block_m 256:
+    m64n256); every copy by TMA (x in 64-column boxes, words, B words, scale bytes: block_m 256
+    two blocks' of each), none by cp.async; each slot's barrier expects exactly those bytes;
+    the loader / consumer register split (setmaxnreg 40 / 232); no spills; within sm_90's
+    shared memory; shared stores only for the second consumer's accumulator."""
     c, found = COMPILE_CASES[index], compiled_cases[index]
     assert "error" not in found, found.get("error")
+    wide = c["BLOCK_M"] == 256
     assert found[r"wgmma\.mma_async"] == 2 * c["BLOCK_K"] // 16
-    weight_copies = 3 if c["FMT"] else 2
+    assert found[r"m64n256k16"] == (2 * c["BLOCK_K"] // 16 if wide else 0)
+    weight_copies = (3 if c["FMT"] else 2) * (2 if wide else 1)
     assert found[r"cp\.async\.bulk\.tensor"] == c["BLOCK_K"] // 64 + weight_copies
     assert found[r"cp\.async\.cg"] == 0
     tw = 8 * c["BLOCK_K"]
     tb = {0: 0, 1: tw // 2, 2: tw // 2, 3: tw}[c["FMT"]]
-    assert found["expect"] == [c["BLOCK_M"] * c["BLOCK_K"] * 2 + 4 * (tw + tb) + 2 * c["BLOCK_K"]]
+    weight_bytes = (4 * (tw + tb) + 2 * c["BLOCK_K"]) * (2 if wide else 1)
+    assert found["expect"] == [c["BLOCK_M"] * c["BLOCK_K"] * 2 + weight_bytes]
+    assert found["shared"] <= SM90_SHARED
     assert {40, 232} <= set(found["setmaxnreg"])
     assert found[r"ld\.local"] == 0 and found[r"st\.local"] == 0
     assert found[r"st\.shared"] <= c["BLOCK_M"] // 4 + 8  # (a decoded tile: 8 more a 128 K)
@@ -366,9 +377,10 @@ def test_bound_calls_with_descriptors_give_the_general_path_s_bits(use_ws: bool,
 @pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"))
 @pytest.mark.parametrize("n,k", ((200, 1024), (72, 2880)))
 def test_wide_m_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> None:
-    """block_m 256 (several M tiles a call; the consumers on 128 rows each): close to
-    reference-emulation, bit for bit the same on a repeat; M 129 .. 1000 (a last tile with
-    fewer than 128 rows: the second consumer stores none), N / K tails, 2 and 3 stages, bias,
+    """block_m 256 (several M tiles a call; 128 weight rows, 64 a consumer): close to
+    reference-emulation, bit for bit the same on a repeat; M 129 .. 1000 (last tiles part
+    filled), N / K tails (N = 72: the second consumer's rows past 8 masked), 2 stages and 3 for
+    mxfp4 (mxfp6 / mxfp8: 3 are past the shared memory), bias,
     zero / subnormal / Inf / NaN activations; its first 128 rows close to the one-partition
     kernel's on them. (Run with the wide tile switched on: this test is what switches it on,
     `WIDE_M_VERIFIED`.)"""
@@ -378,7 +390,8 @@ def test_wide_m_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> 
     prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
                               SchemeContract(weight=key(fmt), activation=None))
     bias = torch.randn(n, generator=gen).cuda()
-    for m, stages in ((129, 2), (300, 3), (1000, 2), (256, 3)):
+    deep = 3 if fmt == "mxfp4" else 2
+    for m, stages in ((129, 2), (300, deep), (1000, 2), (256, deep)):
         x = special_rows(m, k, gen)
         cfg = lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=stages, tma_x=True,
                              ws=True)
