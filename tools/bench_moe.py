@@ -60,10 +60,11 @@ def forced_config(cfg):
     if cfg is None:
         yield
         return
-    gates = ("WARPS_VERIFIED", "SUB_K_VERIFIED", "REP_VERIFIED", "TMA_X_VERIFIED", "WS_VERIFIED")
+    gates = ("WARPS_VERIFIED", "SUB_K_VERIFIED", "REP_VERIFIED", "TMA_X_VERIFIED", "WS_VERIFIED",
+             "WIDE_M_VERIFIED")
     saved = moe_wgmma.config_for, [getattr(linear_wgmma, g) for g in gates]
     moe_wgmma.config_for = lambda *a, **kw: cfg
-    for g, on in zip(gates, ((4, 8), True, True, True, True)):
+    for g, on in zip(gates, ((4, 8), True, True, True, True, True)):
         setattr(linear_wgmma, g, on)
     try:
         yield

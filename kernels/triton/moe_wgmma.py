@@ -1,8 +1,8 @@
 """MoE experts on sm_90 through the Gluon wgmma kernel (linear_wgmma's kernel, GROUPED).
 
 Packed mxfp4 experts, and mxfp6 ones (fp6_words' layout) once `linear_wgmma.FP6_VERIFIED`;
-one warpgroup a program (64 weight rows), or two (`WgmmaConfig.warps = 8`, 128 rows: the
-experts' layout is then padded to 128-row tiles) once `linear_wgmma.WARPS_VERIFIED` holds 8.
+one warpgroup a program (64 weight rows), or two (`WgmmaConfig.warps = 8`, or the wide ws
+tile's two consumers at block_m 256: 128 rows; an expert's N is padded to whole 128 rows).
 
 Why: the grouped Triton kernel (moe_grouped.py) decodes every weight element with the generic
 exact decode and stages it through shared memory, while the experts hold most of an MoE model's
@@ -114,10 +114,6 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
     cfg = cfg or linear_wgmma.table_config(config_for(rows, num_experts, weight.fmt, n, k))
-    if cfg.block_m > BLOCK_M_VERIFIED[-1]:
-        raise ValueError(f"moe_wgmma: block_m={cfg.block_m} is for dense layers at large M; "
-                         f"experts take up to {BLOCK_M_VERIFIED[-1]} rows a tile (a config of "
-                         "the table's, or none)")
     why = linear_wgmma.gated(cfg)
     if why:
         raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "

@@ -293,6 +293,28 @@ def test_x_by_tma_experts_match_the_reference(fmt: str, monkeypatch) -> None:
 
 @gpu
 @pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2"))
+def test_wide_tile_experts_match_the_reference(fmt: str, monkeypatch) -> None:
+    """The wide ws tile (block_m 256: 128 weight rows, one 64-row block a consumer) on the
+    experts' tile table: each consumer stores its own features of its expert's rows (weighted
+    fp32), slots past the last tile none; close to the reference and to the one-partition
+    kernel, bit-identical on repeat; W*A16 and W*A*, 2 stages (3 for mxfp4), N and K tails."""
+    monkeypatch.setattr(linear_wgmma, "WS_VERIFIED", True)
+    monkeypatch.setattr(linear_wgmma, "WIDE_M_VERIFIED", True)
+    stages = 3 if fmt == "mxfp4" else 2
+    wide = linear_wgmma.WgmmaConfig(256, 128, 1, stages, tma_x=True, ws=True)
+    one = linear_wgmma.WgmmaConfig(128, 128, 1, 3)
+    for x, w, ids, rw, a, want in many_tile_cases(fmt, salt=9):
+        cached: dict = {}
+        got = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached, wide)
+        again = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, cached, wide)
+        base = moe_wgmma.grouped_experts_wgmma(x, w, a, ids, rw, torch.float32, {}, one)
+        case = (w.shape, a)
+        assert torch.equal(again.view(torch.int32), got.view(torch.int32)), case
+        assert rel_err(got, want) <= 1e-5 and rel_err(got, base) <= 1e-5, case
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2"))
 def test_warp_specialized_experts_match_the_reference(fmt: str, monkeypatch) -> None:
     """ws on the experts' tile table (linear_wgmma_ws, GROUPED): slots past the last tile run
     no K tile and store nothing; an M tile's rows past its expert's reach only columns never
