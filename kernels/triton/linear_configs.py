@@ -84,7 +84,11 @@ _WS_32 = WgmmaConfig(block_m=32, block_k=256, split=1, stages=6, tma_x=True, ws=
 # Large M (several 256-row M tiles a call: the wide ws tile, 128 weight rows a program, wgmma
 # N = 256; written 2026-12-03, gated by linear_wgmma.WIDE_M_VERIFIED: passed over until then).
 # Shared memory: mxfp4 3 stages (218 KiB), mxfp6 / mxfp8 2 (153 / 161 KiB; 3 are past 227).
-# Against dequant-gemm (dequantize, then cuBLAS): not yet measured (tools/gpu_sweeps.sh).
+# Against dequant-gemm (dequantize, then cuBLAS), H200 2026-12-03 17:56 UTC (gpu_sweeps,
+# docs/benchmarks.md part 15), x bf16 on 8192^2 / 28672 x 8192 / 8192 x 28672:
+#   mxfp4 M = 256 0.66 / 1.09 / 0.73 (0.54 / 0.58 / 0.56), M = 1024 1.06 / 1.19 / 1.20 (0.85 /
+#   0.88 / 0.86), M = 4096 1.02 / 0.94 / 1.06 (0.94 / 0.98 / 0.98); mxfp6 / mxfp8 alike (24 of
+#   27 cells faster; the 3 others N = 28672 at M = 4096, within 0-4 %, inside the run's spread).
 LARGE_M = 1 << 30  # a row's m_max for every M (m_bucket's bucket past 128)
 _WS_WIDE_3 = WgmmaConfig(block_m=256, block_k=128, split=1, stages=3, tma_x=True, ws=True)
 _WS_WIDE_2 = WgmmaConfig(block_m=256, block_k=128, split=1, stages=2, tma_x=True, ws=True)

@@ -32,7 +32,7 @@ from kernels.dispatch import activation_qdq
 from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
-from kernels.triton import (fit, launcher, linear_configs, linear_decode, linear_gemv,
+from kernels.triton import (eager_path, fit, launcher, linear_configs, linear_decode, linear_gemv,
                             linear_mma, linear_wgmma, mx_quant)
 from kernels.triton.wgmma_tiles import act_facts
 from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
@@ -226,6 +226,13 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     The host work of a call is kept small (eager decoding is bound by it): the checks and the
     launch plan run once per (M bucket, dtypes, device) and are cached on the prepared weight."""
     cached = prepared.cache.get(_CACHE_KEY)
+    default = bias is None and out_dtype is None and strategy is None and config is None
+    if default and cached is not None and isinstance(x, Tensor):  # an input shape seen before:
+        hot = cached.get("hot")  # its launches alone (eager_path)
+        call = hot.get((x.shape, x.dtype, x.device)) if hot else None
+        out = call(x) if call is not None else None
+        if out is not None:
+            return out
     if cached is None:  # prepared by another kernel's prepare(): derive once, keep
         cached = prepared.cache.setdefault(_CACHE_KEY, prepare_tensors(prepared))
     k = cached["k"]
@@ -262,6 +269,8 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
             x2d = plan.qdq.into_scratch(x2d, stream) if isinstance(plan.qdq, mx_quant.QdqPlan) \
                 else plan.qdq(x2d)
         linear_wgmma.run_wgmma(plan.wgmma, x2d, out, bias32, stream)
+        if default:
+            eager_path.remember(cached.setdefault("hot", {}), plan.wgmma, plan.qdq, x)
         return out.view(*lead, n)
     if plan.gemv is not None:
         linear_gemv.run_gemv(plan.gemv, mx_quant.bits_view(x2d), mx_quant.bits_view(out), bias32)

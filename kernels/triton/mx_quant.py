@@ -348,11 +348,9 @@ class QdqPlan:
         sx = x2d.stride(0)
         fkey = None
         if stream is not None and x2d.data_ptr() % 16 == 0:
-            fkey = (stream, r, sx)
-            bound = self.fast.get(fkey)
-            if bound is not None:
-                bound(stream, (x2d.data_ptr(), out.data_ptr()))
+            if self.launch_bound(x2d.data_ptr(), r, sx, out, stream):
                 return
+            fkey = (stream, r, sx)
         grid = (-(-r // self.tile["BLOCK_R"]), -(-k // self.tile["BLOCK_K"]))
         xb, ob = bits_view(x2d), bits_view(out)
         args = (xb, ob, r, k, sx, k) + self.tail
@@ -361,6 +359,16 @@ class QdqPlan:
                                    args, num_warps=GPU_WARPS, num_stages=3)
         if fkey is not None and compiled is not None:
             self.fast[fkey] = launcher.Bound(compiled, grid, args, (0, 1))
+
+
+    def launch_bound(self, xptr: int, r: int, sx: int, out: torch.Tensor, stream: object) -> bool:
+        """QDQ of the r rows at xptr (16-byte aligned, row stride sx) into out through the
+        plan's Bound for (stream, r, sx); False where there is none yet (nothing launched)."""
+        bound = self.fast.get((stream, r, sx)) if self.fast is not None else None
+        if bound is None:
+            return False
+        bound(stream, (xptr, out.data_ptr()))
+        return True
 
 
 # A stream's scratch rows: (flat buffer, {(rows, K, dtype): its [rows, K] view}). Kernels of one

@@ -723,8 +723,10 @@ def test_w4a4_layers_share_the_streams_qdq_scratch() -> None:
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"])
 def test_bound_launches_give_the_general_paths_bits(fmt: str) -> None:
     """Calls after a plan's first go through its `launcher.Bound` (pointers as ints, per
-    stream): bit for bit what the general path (a forced config: a fresh plan each call) gives,
-    for the table's rows at every M bucket, W*A16 and W*A*, on the default and a side stream."""
+    stream), and a seen input shape through the eager path (eager_path: the Bound alone, 2-D
+    and 3-D x): bit for bit what the general path (a forced config: a fresh plan each call)
+    gives, for the table's rows at every M bucket, W*A16 and W*A*, on the default and a side
+    stream."""
     gen = torch.Generator().manual_seed(len(fmt) + 1)
     n, k = 200, 1024
     w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
@@ -738,12 +740,14 @@ def test_bound_launches_give_the_general_paths_bits(fmt: str) -> None:
                 stream.wait_stream(torch.cuda.current_stream())  # x is ready
                 with torch.cuda.stream(stream):
                     out = fused_linear(x, prepared)
+                    out3 = fused_linear(x.view(1, m, k), prepared)  # (a model's 3-D x)
                     plan = table_plan(prepared, m)
                     if plan.wgmma is None:  # (mxfp8 at M = 128 on N < 8192: dequant-gemm)
                         continue
                     want = fused_linear(x, prepared, strategy="wgmma", config=plan.config)
                 stream.synchronize()
                 assert same_values(out, want), (fmt, akey, m)
+                assert same_values(out3.view(m, -1), want), (fmt, akey, m)
                 assert close(out, reference_bf16(x, prepared)), (fmt, akey, m)
             assert plan.wgmma is None or len(plan.wgmma.fast) == 2, "a Bound per stream"
 
