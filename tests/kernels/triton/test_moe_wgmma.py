@@ -171,8 +171,8 @@ def test_every_table_config_and_split() -> None:
     x = torch.randn(40, 1024, generator=gen).to(torch.bfloat16).cuda()
     ids, rw = routing(40, 8, 2, gen)
     want = grouped_experts_reference(x, w, None, None, ids, rw, torch.float32)
-    for row in linear_configs.TABLE:
-        if row.strategy == "wgmma":
+    for row in linear_configs.TABLE:  # (the wide ws rows: test_wide_tile_experts_match_...)
+        if row.strategy == "wgmma" and row.config.block_m <= 128:
             for split in (1, 3):
                 cfg = type(row.config)(row.config.block_m, row.config.block_k, split,
                                        row.config.stages, warps=row.config.warps)

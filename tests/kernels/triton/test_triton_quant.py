@@ -310,27 +310,29 @@ def test_qdq_into_scratch_writes_the_streams_rows_and_else_a_fresh_tensor(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """QdqPlan.into_scratch (a linear layer's activation QDQ): on a stream, QDQ(x) bit for bit in
     that stream's scratch rows (the same memory on the next call); with no stream (hooks set),
-    while a CUDA graph is captured (the graph's pool), or for a plan not kept, a fresh tensor."""
+    while a CUDA graph is captured (the graph's pool), or for a plan not kept, a fresh tensor.
+    (Under the interpreter, or compiled on a GPU with that device's current stream.)"""
     from kernels.triton import launcher
 
+    dev = "cuda" if torch.cuda.is_available() and not _tri._INTERPRETED else "cpu"
+    stream = launcher.current_stream(torch.cuda.current_device()) if dev == "cuda" else "stream"
     capturing = {"now": False}
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing["now"])
-    monkeypatch.setattr(launcher, "current_stream", lambda device: None)  # (no CUDA here)
+    monkeypatch.setattr(launcher, "current_stream", lambda device: None)  # (a fresh tensor's)
     gen = torch.Generator().manual_seed(11)
-    x = torch.randn(3, 256, generator=gen).to(torch.bfloat16)
-    y = torch.randn(3, 256, generator=gen).to(torch.bfloat16)
+    x = torch.randn(3, 256, generator=gen).to(torch.bfloat16).to(dev)
+    y = torch.randn(3, 256, generator=gen).to(torch.bfloat16).to(dev)
     plan = _tri.QdqPlan("mxfp4", "even", torch.bfloat16, 256, keep_launches=True)
     plan.fast = {}  # kept (the interpreter keeps none; its launches give no Bound)
-    got = plan.into_scratch(x, "stream")
+    got = plan.into_scratch(x, stream)
     assert torch.equal(got.view(torch.int16), _tri.qdq(x, "mxfp4", "even").view(torch.int16))
-    assert got.data_ptr() == _tri.scratch("stream", 3, 256, torch.bfloat16, x.device).data_ptr()
-    later = plan.into_scratch(y, "stream")
+    assert got.data_ptr() == _tri.scratch(stream, 3, 256, torch.bfloat16, x.device).data_ptr()
+    later = plan.into_scratch(y, stream)
     assert later.data_ptr() == got.data_ptr()
     assert torch.equal(later.view(torch.int16), _tri.qdq(y, "mxfp4", "even").view(torch.int16))
-    for stream, capture, kept in ((None, False, True), ("stream", True, True),
-                                  ("stream", False, False)):
+    for on, capture, kept in ((None, False, True), (stream, True, True), (stream, False, False)):
         capturing["now"] = capture
         plan.fast = {} if kept else None
-        fresh = plan.into_scratch(x, stream)
-        assert fresh.data_ptr() != got.data_ptr(), (stream, capture, kept)
+        fresh = plan.into_scratch(x, on)
+        assert fresh.data_ptr() != got.data_ptr(), (on, capture, kept)
         assert torch.equal(fresh.view(torch.int16), _tri.qdq(x, "mxfp4", "even").view(torch.int16))
