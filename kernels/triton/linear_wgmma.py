@@ -270,11 +270,14 @@ TMA_X_VERIFIED = True
 WS_VERIFIED = True
 # block_m = BLOCK_M_WIDE (256 activation rows and 128 weight rows a program, several M tiles a
 # call: the ws kernel's consumers on 64 weight rows each, wgmma N = 256): written 2026-12-03
-# after the first wide tile (64 weight rows, both consumers decoding each tile; verified in the
-# whole-suite run of b698ccb but 0.62-0.84x bf16 at M = 1024 / 4096, benchmarks part 15);
-# compiled for sm_90a offline; off until test_wide_m_matches_the_reference has passed in a
-# whole-suite H200 run, and in no table row until measured faster (tools/gpu_sweeps.sh).
-WIDE_M_VERIFIED = False
+# after a first wide tile (64 weight rows, both consumers decoding each tile: verified but
+# 0.62-0.84x bf16, benchmarks part 15). In the whole-suite H200 run of d7a3d67 with this on
+# (18:18 UTC, 3906 passed) its GPU tests passed (test_wide_m_matches_the_reference x6,
+# test_wide_tile_experts_match_the_reference x2), and every test running M > 128 through the
+# table's wide rows; the run's 2 failures were tests' own (fixed in 928e18b, not re-run on the
+# GPU: no device time left; docs/verification.md). Measured faster than dequant-gemm in 24 of
+# 27 cells (linear_configs' rows).
+WIDE_M_VERIFIED = True
 
 
 def table_config(cfg: object) -> object:
