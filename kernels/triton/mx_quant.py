@@ -360,7 +360,6 @@ class QdqPlan:
         if fkey is not None and compiled is not None:
             self.fast[fkey] = launcher.Bound(compiled, grid, args, (0, 1))
 
-
     def launch_bound(self, xptr: int, r: int, sx: int, out: torch.Tensor, stream: object) -> bool:
         """QDQ of the r rows at xptr (16-byte aligned, row stride sx) into out through the
         plan's Bound for (stream, r, sx); False where there is none yet (nothing launched)."""
@@ -386,7 +385,7 @@ def scratch(stream: object, r: int, k: int, dtype: torch.dtype,
     view = None if held is None else held[1].get((r, k, dtype))
     if view is not None:
         return view
-    need = r * k * torch.empty((), dtype=dtype).element_size()
+    need = r * k * dtype.itemsize
     if held is None or held[0].numel() < need:
         held = _SCRATCH[key] = (torch.empty(max(need, 1 << 16), dtype=torch.uint8,
                                             device=device), {})
