@@ -3,7 +3,8 @@
 # (the whole suite green): every variant is checked against the reference before it is timed,
 # bf16 F.linear in the same run; the sweep tools open the gates themselves.
 #   1. the wide ws tile at N = 28672, M = 4096, 2 against 3 stages (0.94-0.99x: inside one run's
-#      spread on 2026-12-03) and at M = 256 / 512 (0.66x on N = 8192: 64 programs);
+#      spread on 2026-12-03) and at M = 256 / 512 (0.66x on N = 8192: 64 programs) with its
+#      split-K (gated: WIDE_SPLIT_VERIFIED; the table's split rows wait on this);
 #   2. where eager time goes past one M tile (M = 1024: eager − graph +12 to +35 µs with the
 #      wide rows, none with dequant-gemm): tools/host_profile.py --ms 256,1024 gives eager with
 #      and without the L2 flush beside graph (host-bound or not);
@@ -25,8 +26,9 @@ log=$OUT/sweeps.log
 step() { local name=$1 limit=$2; shift 2; echo "=== $name" | tee -a "$log"
          timeout "$limit" "$@" 2>&1 | tee -a "$log"; echo "=== $name rc=${PIPESTATUS[0]}" | tee -a "$log"; }
 W=4:0:1:1:1:1  # warps 4, no cap, sub_k 1, rep 1, tma_x, ws
-step wide "${WIDE_S:-150}" python3 tools/tune_linear.py --parts wgmma,dequant --ms 256,512,4096 \
-  --weights mxfp4 --wgmma-specs 256:128:1:3:$W,256:128:1:2:$W --out "$OUT/wide.json"
+step wide "${WIDE_S:-200}" python3 tools/tune_linear.py --parts wgmma,dequant --ms 256,512,4096 \
+  --weights mxfp4,mxfp8_e4m3 --out "$OUT/wide.json" \
+  --wgmma-specs 256:128:1:3:$W,256:128:1:2:$W,256:128:2:3:$W,256:128:2:2:$W
 step host "${HOST_S:-90}" python3 tools/host_profile.py --ms 256,1024
 step bench_fp8 "${BENCH_S:-90}" python3 -m registry bench w_mxfp8_e4m3 --m 1,16,1024 \
   --shapes 28672x8192,8192x28672 --quiet --out "$OUT/bench_fp8.json"

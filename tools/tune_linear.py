@@ -250,7 +250,7 @@ def main() -> None:
     linear_wgmma.FP8_VERIFIED = True
     linear_wgmma.SUB_K_VERIFIED = linear_wgmma.REP_VERIFIED = True
     linear_wgmma.TMA_X_VERIFIED = linear_wgmma.WS_VERIFIED = True
-    linear_wgmma.WIDE_M_VERIFIED = True
+    linear_wgmma.WIDE_M_VERIFIED = linear_wgmma.WIDE_SPLIT_VERIFIED = True
     rows: list[dict] = []
     t0 = time.time()
     print(f"{torch.cuda.get_device_name()} copy {copy_bandwidth(dev):.3f} TB/s", flush=True)

@@ -26,7 +26,8 @@ At M = 128 ncu put 25 % of the samples on the loop top (copies, barriers), 23 % 
   a program (tried first: both consumers decoding the same tile, 128 activation rows each —
   0.62-0.84x bf16 at M = 1024 / 4096, benchmarks part 15) a decoded tile feeds twice the
   tensor-core work and an x tile twice the weight rows: cuBLAS's 128 x 256 tile, the weight
-  decoded into the A registers. No split-K; MoE experts too (an expert's N is padded to 128).
+  decoded into the A registers; split-K with each consumer's rows an output tile of their own
+  (`finish_tile`'s parts); MoE experts too (an expert's N is padded to 128).
 
 The kernel takes the one-partition kernel's parameters (so run_wgmma and its `launcher.Bound`,
 and moe_wgmma's launch, serve both): the weight operands are TMA descriptors
@@ -45,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
 from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
-                                        layout_chunks, store_out, weight_ring)
+                                        layout_chunks, weight_ring)
 
 ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
 WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
@@ -113,7 +114,6 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     # own ring, both on every K tile and all 256 rows (the module docstring)
     WIDE: gl.constexpr = BLOCK_M == 256
     gl.static_assert(len(ACT) == 0 and (STAGES % 2 == 0 or WIDE))  # (WgmmaConfig says why)
-    gl.static_assert(not WIDE or SPLIT == 1)
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)
@@ -150,8 +150,9 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                            rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT, BLOCK_M,
                            BLOCK_K, STAGES, FMT)),
         (_second_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
-                            bias_ptr, out_ptr, dest_ptr, rw_ptr, row0, rows_left, N, stride_o,
-                            k_lo, k_hi, HAS_BIAS, GROUPED, BLOCK_M, BLOCK_K, STAGES, FMT)),
+                            bias_ptr, out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0,
+                            rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT,
+                            BLOCK_M, BLOCK_K, STAGES, FMT)),
         (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full, empty,
                    row0, tile0, block_tiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
     ], [4, 1], [WREGS, LOADER_REGS])
@@ -228,9 +229,9 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
     first 64 weight rows' output."""
     acc = _consume(0, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
-    if BLOCK_M == 256:
-        _store_part(acc, 0, out_ptr, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
-                    HAS_BIAS, GROUPED)
+    if BLOCK_M == 256:  # its own 64 weight rows: an output tile of its own (PART 0 of 2)
+        finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
+                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, 256, acc_layout(4, 256), 2, 0)
     else:
         MMA: gl.constexpr = acc_layout(4, BLOCK_M)
         mbarrier.wait(red_bar, 0)
@@ -241,32 +242,21 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
 
 @gluon.jit
 def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar, bias_ptr,
-                     out_ptr, dest_ptr, rw_ptr, row0, rows_left, N, stride_o, k_lo, k_hi,
-                     HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr, BLOCK_M: gl.constexpr,
-                     BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr):
+                     out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0, rows_left, N,
+                     stride_o, k_lo, k_hi, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr,
+                     SPLIT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+                     STAGES: gl.constexpr, FMT: gl.constexpr):
     """A worker partition: the odd tiles, its sum handed to the first consumer; BLOCK_M 256:
-    every tile, the second 64 weight rows' output (no split-K)."""
+    every tile, the second 64 weight rows' output (PART 1 of 2)."""
     acc = _consume(1, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
     if BLOCK_M == 256:
-        _store_part(acc, 1, out_ptr, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
-                    HAS_BIAS, GROUPED)
+        finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
+                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, 256, acc_layout(4, 256), 2, 1)
     else:
         red_smem.store(acc)
         cta_barrier()  # (this partition's 128 threads) every store in before the arrive
         mbarrier.arrive(red_bar)
-
-
-@gluon.jit
-def _store_part(acc, C: gl.constexpr, out_ptr, row0, rows_left, N, stride_o, bias_ptr, dest_ptr,
-                rw_ptr, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr):
-    """BLOCK_M 256: consumer C's [64, 256] sum — output features (2 * pid + C) * 64 .. — to the
-    output (no split-K; dense: + bias, bf16; MoE experts: `store_out`'s weighted fp32 rows)."""
-    MMA: gl.constexpr = acc_layout(4, 256)
-    rows = gl.arange(0, 64, layout=gl.SliceLayout(1, MMA))
-    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, MMA))
-    store_out(acc, out_ptr, (2 * gl.program_id(0) + C) * 64 + rows, cols, row0, rows_left, N,
-              stride_o, bias_ptr, dest_ptr, rw_ptr, HAS_BIAS, GROUPED)
 
 
 __all__ = ["ROW", "ws_descriptors"]

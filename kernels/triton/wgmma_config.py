@@ -54,11 +54,10 @@ class WgmmaConfig:
 
     def __post_init__(self) -> None:
         if self.block_m == BLOCK_M_WIDE:
-            if not self.ws or self.split != 1:
+            if not self.ws:
                 raise ValueError(f"WgmmaConfig: block_m={BLOCK_M_WIDE} (large M: two consumers of "
                                  "64 weight rows on all 256 rows) runs the warp-specialized "
-                                 f"kernel only, without split-K (got ws={self.ws}, "
-                                 f"split={self.split})")
+                                 "kernel only (got ws=False)")
         elif self.block_m not in BLOCK_M_VERIFIED:
             raise ValueError(f"WgmmaConfig: block_m={self.block_m} is not one of "
                              f"{BLOCK_M_VERIFIED} (verified on the H200) or {BLOCK_M_WIDE} (ws)")
@@ -138,7 +137,8 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
     grid_n = -(-n // (16 * cfg.groups))
-    tiles = grid_n * -(-m_max // cfg.block_m)
+    tiles = grid_n * -(-m_max // cfg.block_m) * (cfg.groups // 4 if cfg.ws else 1)  # (wide ws:
+    # each consumer's 64 rows an output tile of its own, a split-K counter each)
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
     words, sbytes, bwords = layout

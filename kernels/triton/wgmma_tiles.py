@@ -62,17 +62,19 @@ def store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, 
 def finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
                 dest_ptr, rw_ptr, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr,
                 SPLIT: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                MMA: gl.constexpr):
+                MMA: gl.constexpr, PARTS: gl.constexpr = 1, PART: gl.constexpr = 0):
     """A program's accumulator [BLOCK_N, BLOCK_M] (layout MMA; grid (N tiles, M tiles, K
     slices)) to the output (`store_out`); with split-K the partial is parked and the last slice
     of the output tile to finish adds them up in slice order (deterministic; an atomic counter
-    a tile, self-resetting; the partials in linear_mma.workspace)."""
+    a tile, self-resetting; the partials in linear_mma.workspace). PARTS > 1: a program's
+    weight rows are PARTS blocks of BLOCK_N, each finished by its own partition (PART: which;
+    the wide ws tile's consumers), each an output tile of its own."""
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-    orow = gl.program_id(0) * BLOCK_N + rows  # output features
+    orow = (gl.program_id(0) * PARTS + PART) * BLOCK_N + rows  # output features
     if SPLIT > 1:
-        tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
-        tile_elems = gl.num_programs(1) * gl.num_programs(0) * (BLOCK_N * BLOCK_M)
+        tile = (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * PARTS + PART
+        tile_elems = gl.num_programs(1) * gl.num_programs(0) * (PARTS * BLOCK_N * BLOCK_M)
         local = part_ptr + tile * (BLOCK_N * BLOCK_M) + rows[:, None] * BLOCK_M + cols[None, :]
         gl.store(local + gl.program_id(2) * tile_elems, acc)
         cta_barrier()

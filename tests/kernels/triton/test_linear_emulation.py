@@ -318,10 +318,19 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
         assert le.strategy_for(129, bf, bf, None, True, family, skip=("wgmma",), n=8192,
                                k=8192)[0] == "dequant-gemm"
     assert le.strategy_for(128, bf, bf, None, True, fp4, n=8192, k=8192)[1].block_m == 128
+    # ... with split-K 2 up to M = 512 on N < 16384, once its own gate is open
+    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
+    for family in (fp4, fp8, int8):
+        for m, n, split in ((129, 8192, 2), (512, 8192, 2), (513, 8192, 1), (300, 28672, 1)):
+            cfg = le.strategy_for(m, bf, bf, None, True, family, n=n, k=8192)[1]
+            assert (cfg.block_m, cfg.split) == (256, split), (family, m, n)
+    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", False)
+    assert le.strategy_for(300, bf, bf, None, True, fp4, n=8192, k=8192)[1].split == 1
     monkeypatch.setattr(lw, "WS_VERIFIED", False)
     monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
     assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 65, 128, 129)] == \
-        [1, 16, 16, 32, 32, 64, 64, 128, 128, 1 << 30]
+        [1, 16, 16, 32, 32, 64, 64, 128, 128, 256]
+    assert [lc.m_bucket(m) for m in (256, 257, 512, 513)] == [256, 512, 512, 1 << 30]
     prepared = KERNEL.prepare(torch.randn(16, 64).to(DEVICE),
                               SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
                                              activation=None))

@@ -51,18 +51,21 @@ def test_ws_configs_need_two_4_warp_consumers_and_tma() -> None:
             ws_config(**bad)
 
 
-def test_the_wide_tile_is_ws_only_without_split_k_and_gated(monkeypatch) -> None:
+def test_the_wide_tile_is_ws_only_and_gated(monkeypatch) -> None:
     """block_m 256 (large M: two consumers of 64 weight rows, both reading every K tile, so odd
-    stages are fine): ws only, no split-K; gated (passed over, refused with the reason, by
-    MoE experts too), any number of M tiles once open."""
+    stages are fine): ws only; gated (passed over, refused with the reason, by MoE experts
+    too), and its split-K by a gate of its own; any number of M tiles once open."""
     wide = ws_config(block_m=256, stages=3)
     with pytest.raises(ValueError, match=r"block_m=256 \(large M: two consumers of 64 weight "
                                          r"rows on all 256 rows\) runs the warp-specialized "
-                                         r"kernel only, without split-K \(got ws=True, "
-                                         r"split=2\)"):
-        ws_config(block_m=256, split=2)
-    with pytest.raises(ValueError, match=r"got ws=False, split=1"):
+                                         r"kernel only \(got ws=False\)"):
         lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2)
+    split = ws_config(block_m=256, stages=3, split=2)
+    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", False)
+    assert lw.gated(split) == ("block_m=256 with split-K (split=2): written, not yet verified "
+                               "on a GPU") and lw.passed_over(split)
+    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
+    assert lw.gated(split) is None and not lw.passed_over(split)
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
     monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
     reason = ("block_m=256 (large M, two consumers of 64 weight rows): written, not yet "
@@ -114,7 +117,7 @@ def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> 
     for row in ws_rows:
         m, n = row.m_max, max(row.n_min, 8192)
         off = lc.choose(row.family, m, False, n=n, k=8192, passed_over=lw.passed_over)
-        if m == lc.LARGE_M:  # the wide tile's rows: nothing past them (dequant-gemm runs)
+        if m > 128:  # the wide tile's rows: nothing past them (dequant-gemm runs)
             assert off is None, row
             continue
         assert not off.config.ws and off.strategy == "wgmma", row
@@ -253,7 +256,9 @@ COMPILE_CASES = [
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=True),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False),
-    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=False, GROUPED=True)]
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=False, GROUPED=True),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=2, HAS_BIAS=True),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=3, HAS_BIAS=False, GROUPED=True)]
 
 
 @pytest.fixture(scope="module")
@@ -382,26 +387,29 @@ def test_wide_m_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> 
     """block_m 256 (several M tiles a call; 128 weight rows, 64 a consumer): close to
     reference-emulation, bit for bit the same on a repeat; M 129 .. 1000 (last tiles part
     filled), N / K tails (N = 72: the second consumer's rows past 8 masked), 2 stages and 3 for
-    mxfp4 (mxfp6 / mxfp8: 3 are past the shared memory), bias,
-    zero / subnormal / Inf / NaN activations; its first 128 rows close to the one-partition
-    kernel's on them. (Run with the wide tile switched on: this test is what switches it on,
-    `WIDE_M_VERIFIED`.)"""
+    mxfp4 (mxfp6 / mxfp8: 3 are past the shared memory), split-K 2 and 3 (each consumer's
+    partial parked, summed in slice order), bias, zero / subnormal / Inf / NaN activations; its
+    first 128 rows close to the one-partition kernel's on them. (Run with the wide tile and its
+    split-K switched on: this test is what switches them on, `WIDE_M_VERIFIED`,
+    `WIDE_SPLIT_VERIFIED`.)"""
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
     monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
     gen = torch.Generator().manual_seed(n + k + len(fmt) + 256)
     prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
                               SchemeContract(weight=key(fmt), activation=None))
     bias = torch.randn(n, generator=gen).cuda()
+    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
     deep = 3 if fmt == "mxfp4" else 2
-    for m, stages in ((129, 2), (300, deep), (1000, 2), (256, deep)):
+    for m, stages, split in ((129, 2, 1), (300, deep, 1), (1000, 2, 1), (256, deep, 1),
+                             (129, deep, 2), (500, 2, 3)):
         x = special_rows(m, k, gen)
-        cfg = lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=stages, tma_x=True,
+        cfg = lw.WgmmaConfig(block_m=256, block_k=128, split=split, stages=stages, tma_x=True,
                              ws=True)
         one = lw.WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)
         for b in (None, bias):
             got = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
             again = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
-            case = (n, k, m, stages, b is not None)
+            case = (n, k, m, stages, split, b is not None)
             assert torch.equal(got.view(torch.int16), again.view(torch.int16)), case
             assert close(got, reference_bf16(x, prepared, b)), case
             head = fused_linear(x[:128], prepared, b, strategy="wgmma", config=one)
