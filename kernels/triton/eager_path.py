@@ -22,18 +22,9 @@ from torch import Tensor
 
 from kernels.triton import launcher, mx_quant
 from kernels.triton.wgmma_config import WgmmaPlan
+from kernels.triton.wgmma_tiles import XDesc
 
 HOT_CALLS = 32  # input shapes kept a weight (an eager server sees a few M a layer; then reset)
-
-
-class XRows:
-    """An X_TMA launch's x operand as Triton's launcher reads a tensor descriptor: the rows of a
-    contiguous x of any rank as [m, k] (wgmma_tiles.XDesc without a 2-D view)."""
-
-    __slots__ = ("base", "shape", "strides", "padding")
-
-    def __init__(self, base: Tensor, m: int, k: int) -> None:
-        self.base, self.shape, self.strides, self.padding = base, [m, k], [k, 1], "zero"
 
 
 class HotCall:
@@ -66,7 +57,7 @@ class HotCall:
             src = mx_quant.scratch(stream, m, k, self.dtype, self.device)
             if not self.qdq.launch_bound(x.data_ptr(), m, k, src, stream):
                 return None
-        bound(stream, (XRows(src, m, k) if self.tma else src.data_ptr(), out.data_ptr(), m, k,
+        bound(stream, (XDesc.rows(src, m, k) if self.tma else src.data_ptr(), out.data_ptr(), m, k,
                        self.plan.n))
         return out
 
@@ -84,4 +75,4 @@ def remember(hot: dict, plan: WgmmaPlan, qdq: object, x: Tensor) -> None:
         hot[(x.shape, x.dtype, x.device)] = HotCall(plan, qdq, x)
 
 
-__all__ = ["HOT_CALLS", "HotCall", "XRows", "remember"]
+__all__ = ["HOT_CALLS", "HotCall", "remember"]

@@ -169,6 +169,14 @@ class XDesc:
         self.base, self.shape, self.strides = x2d, list(x2d.shape), list(x2d.stride())
         self.padding = "zero"
 
+    @classmethod
+    def rows(cls, base: Tensor, m: int, k: int) -> "XDesc":
+        """The m rows of K of a contiguous `base` of any rank as [m, k], without a 2-D view
+        (eager_path: no view a call)."""
+        desc = cls.__new__(cls)
+        desc.base, desc.shape, desc.strides, desc.padding = base, [m, k], [k, 1], "zero"
+        return desc
+
 
 def x_descriptor(x2d: Tensor, block_m: int, block_k: int):
     """The first launch's x descriptor (Triton specializes the kernel on its box and layout):

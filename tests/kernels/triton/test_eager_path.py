@@ -10,12 +10,12 @@ import torch
 
 from kernels.base import load_kernel
 from kernels.spec.contract import QuantKey, SchemeContract
-from kernels.triton import eager_path
 from kernels.triton import launcher as launcher_mod
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
 from kernels.triton import mx_quant
 from kernels.triton.linear_emulation import fused_linear
+from kernels.triton.wgmma_tiles import XDesc
 from support.mx_weights import fp4_weight
 from support.wgmma_launches import record_launches
 
@@ -108,7 +108,7 @@ def test_w4a4_launches_its_qdq_into_the_scratch_then_the_gemm_on_it(
     qdq_args, gemm = list(bound[-2].values()), bound[-1]
     assert qdq_args[:2] == [x.data_ptr(), rows.data_ptr()]
     desc = gemm["x_ptr"]
-    assert isinstance(desc, eager_path.XRows) and desc.base is rows
+    assert isinstance(desc, XDesc) and desc.base is rows
     assert (desc.shape, desc.strides) == ([3, k], [k, 1])
     assert gemm["out_ptr"] == out.data_ptr() and gemm["M"] == 3 and out.shape == (3, n)
     capturing["now"] = True
