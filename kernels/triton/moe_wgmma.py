@@ -136,7 +136,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     grid_n = -(-n // (16 * cfg.groups))
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
-    if split > 1 and grid_n * slots > _LOCK_TILES:
+    if split > 1 and grid_n * slots * cfg.parts > _LOCK_TILES:
         split, per_split = 1, ktiles
     x_sorted = copyable_rows(x_sorted)
     weighted = torch.empty((rows, n), dtype=torch.float32, device=x.device)

@@ -52,6 +52,12 @@ class WgmmaConfig:
         consumers of 64 rows)."""
         return 8 if self.block_m == BLOCK_M_WIDE else self.warps * self.rep
 
+    @property
+    def parts(self) -> int:
+        """Output tiles a program finishes, each with a split-K counter of its own (the wide ws
+        tile: one a consumer, wgmma_tiles.finish_tile's PARTS)."""
+        return 2 if self.block_m == BLOCK_M_WIDE else 1
+
     def __post_init__(self) -> None:
         if self.block_m == BLOCK_M_WIDE:
             if not self.ws:
@@ -137,8 +143,7 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
     grid_n = -(-n // (16 * cfg.groups))
-    tiles = grid_n * -(-m_max // cfg.block_m) * (cfg.groups // 4 if cfg.ws else 1)  # (wide ws:
-    # each consumer's 64 rows an output tile of its own, a split-K counter each)
+    tiles = grid_n * -(-m_max // cfg.block_m) * cfg.parts
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
     words, sbytes, bwords = layout

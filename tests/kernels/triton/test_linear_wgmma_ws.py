@@ -211,6 +211,36 @@ def test_a_ws_plan_launches_the_ws_kernel_with_descriptors(monkeypatch) -> None:
     assert list(one["s_ptr"].block_shape) == [1, ws.ROW]
 
 
+def test_the_wide_tiles_split_k_counts_a_lock_a_consumer(monkeypatch) -> None:
+    """The wide tile finishes two output tiles a program (one a consumer, each a split-K counter
+    of its own: `WgmmaConfig.parts`), so a launch keeps split-K only while programs x 2 counters
+    fit the lock array — dense plans and MoE experts alike (the launch recorded, the lock
+    array made small)."""
+    from kernels.triton import moe_wgmma, wgmma_config
+
+    cfg = ws_config(block_m=256, stages=3, split=2)
+    assert cfg.parts == 2 and ws_config().parts == 1
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
+    general, _ = record_launches(monkeypatch, cfg)
+    gen = torch.Generator().manual_seed(8)
+    n, k = 512, 1024
+    w = fp4_weight(n, k, gen)
+    for locks, split in ((8, 2), (7, 1)):  # dense: 4 programs (N / 128), 8 counters
+        monkeypatch.setattr(wgmma_config, "_LOCK_TILES", locks)
+        fused_linear(torch.randn(40, k).to(torch.bfloat16), KERNEL.prepare(
+            w, SchemeContract(weight=key("mxfp4"), activation=None)))
+        assert general.pop()[2][2] == split, locks
+    ex = two_experts(w, monkeypatch)  # 2 experts of 256 rows: 2 x 3 slots, 12 counters
+    for locks, split in ((12, 2), (11, 1)):
+        monkeypatch.setattr(moe_wgmma, "_LOCK_TILES", locks)
+        moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None,
+                                        torch.randint(0, 2, (30, 1), generator=gen),
+                                        torch.ones(30, 1), torch.float32, {}, cfg)
+        assert general.pop()[2][2] == split, locks
+
+
 _COMPILE = """
 import json, sys
 from kernels.triton import linear_wgmma_ws as ws
