@@ -44,6 +44,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma, warpgroup_mma_wait)
 
+from kernels.triton.wgmma_config import BLOCK_M_WIDE
 from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
 from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
                                         layout_chunks, weight_ring)
@@ -62,6 +63,7 @@ def flat_layout(bits: int):
 W_FLAT = gl.constexpr(flat_layout(32))
 S_FLAT = gl.constexpr(flat_layout(8))
 _ROW = gl.constexpr(ROW)
+_WIDE_M = gl.constexpr(BLOCK_M_WIDE)  # the wide tile's BLOCK_M (the module docstring)
 # triton 3.6 (the H200) names it _reinterpret, 3.9 (CPU CI) reinterpret
 _REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 
@@ -112,7 +114,7 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
     # BLOCK_M 256 (large M): 128 weight rows, consumer C the layout's block 2 * pid + C in its
     # own ring, both on every K tile and all 256 rows (the module docstring)
-    WIDE: gl.constexpr = BLOCK_M == 256
+    WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     gl.static_assert(len(ACT) == 0 and (STAGES % 2 == 0 or WIDE))  # (WgmmaConfig says why)
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
@@ -165,7 +167,7 @@ def _loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full
     """One warp: K tile kk into slot (kk - k_lo) % STAGES once its consumer released it (a
     fresh "empty" barrier passes the first round: parity 1); BLOCK_M 256: the tile of both
     64-row blocks, the second's weight operands in slot STAGES + that."""
-    WIDE: gl.constexpr = BLOCK_M == 256
+    WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     WR: gl.constexpr = 8 * BLOCK_K // _ROW  # rows of a tile's words in their flat view
     BR: gl.constexpr = WR if FMT == 3 else WR // 2
     SR: gl.constexpr = 2 * BLOCK_K // _ROW
@@ -196,7 +198,7 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
              FMT: gl.constexpr):
     """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows and the
     program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its own 64 rows."""
-    WIDE: gl.constexpr = BLOCK_M == 256
+    WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     NBH: gl.constexpr = BLOCK_K // 128
     WL: gl.constexpr = words_layout(4, NBH)
     SL: gl.constexpr = gl.SliceLayout(2, WL)
@@ -211,8 +213,7 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
         words, bw, base, sword = slot_operands(w_smem.index(ws), b_smem.index(ws),
                                                s_smem.index(ws), WL, SL, 4, NBH, FMT)
         a = decode(words, bw, base, sword, 64, BLOCK_K, A, FMT)
-        xb = x_smem.index(s)
-        acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a, x_smem.index(s).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])  # (A registers: see the module)
         mbarrier.arrive(empty.index(s))  # every thread's reads of the slot are done
     return acc
@@ -229,9 +230,10 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
     first 64 weight rows' output."""
     acc = _consume(0, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
-    if BLOCK_M == 256:  # its own 64 weight rows: an output tile of its own (PART 0 of 2)
+    if BLOCK_M == _WIDE_M:  # its own 64 weight rows: an output tile of its own (PART 0 of 2)
         finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
-                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, 256, acc_layout(4, 256), 2, 0)
+                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M,
+                    acc_layout(4, BLOCK_M), 2, 0)
     else:
         MMA: gl.constexpr = acc_layout(4, BLOCK_M)
         mbarrier.wait(red_bar, 0)
@@ -250,9 +252,10 @@ def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_
     every tile, the second 64 weight rows' output (PART 1 of 2)."""
     acc = _consume(1, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
                    STAGES, FMT)
-    if BLOCK_M == 256:
+    if BLOCK_M == _WIDE_M:
         finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
-                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, 256, acc_layout(4, 256), 2, 1)
+                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M,
+                    acc_layout(4, BLOCK_M), 2, 1)
     else:
         red_smem.store(acc)
         cta_barrier()  # (this partition's 128 threads) every store in before the arrive
