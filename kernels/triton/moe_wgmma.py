@@ -37,13 +37,14 @@ from kernels.spec.contract import QuantKey
 from kernels.spec.formats import get_format
 from kernels.triton import launcher, linear_configs, linear_wgmma, mx_quant
 from kernels.triton.fit import k_slices
-from kernels.triton.fp4_words import ALIGN, CHUNK_K, WGMMA_WARPS, wgmma_layout
-from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
+from kernels.triton.fp4_words import ALIGN
+from kernels.triton.fp6_words import scale_fits
 from kernels.triton.linear_decode import checked_once, fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
                                          _wgmma_linear_kernel, copyable_rows)
 from kernels.triton.linear_wgmma_ws import _ws_linear_kernel, ws_descriptors
+from kernels.triton.wgmma_config import layout_of
 from kernels.triton.wgmma_tiles import x_descriptor
 from kernels.triton.moe_routing import combine, sort_rows
 
@@ -90,16 +91,13 @@ def expert_layout(weight: MXTensor) -> tuple[Tensor, Tensor, Tensor, int, int]:
     pad = -n % ALIGN[0]
     scales = torch.nn.functional.pad(weight.scales, (0, 0, 0, pad)).reshape(e * (n + pad), -1)
     if weight.fmt == "mxfp4":
-        data = torch.nn.functional.pad(weight.data, (0, 0, 0, pad))
-        words, sbytes = wgmma_layout(data.reshape(e * (n + pad), -1), scales, CHUNK_K,
-                                     WGMMA_WARPS, ALIGN)
-        bwords = words
-    else:
-        codes = unpack_codes(weight.data.reshape(e * n, -1), get_format(weight.fmt),
-                             weight.layout, k).reshape(e, n, k)
-        codes = torch.nn.functional.pad(codes, (0, 0, 0, pad)).reshape(e * (n + pad), k)
-        words, bwords, sbytes = wgmma_layout_fp6(codes, scales, weight.fmt, CHUNK_K,
-                                                 WGMMA_WARPS, ALIGN)
+        rows = torch.nn.functional.pad(weight.data, (0, 0, 0, pad))
+    else:  # one code a byte
+        rows = torch.nn.functional.pad(unpack_codes(
+            weight.data.reshape(e * n, -1), get_format(weight.fmt), weight.layout, k
+        ).reshape(e, n, k), (0, 0, 0, pad))
+    words, sbytes, bwords = layout_of(weight.fmt, rows.reshape(e * (n + pad), -1), scales)
+    bwords = words if bwords is None else bwords
     return words, sbytes, bwords, words.numel() // e, sbytes.numel() // e
 
 

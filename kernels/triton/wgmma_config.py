@@ -165,27 +165,36 @@ def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
     if found is not None:
         return found
     data, scales = cached["data"], cached["scales"]
-    shape = (CHUNK_K, WGMMA_WARPS)
     if fmt == "mxfp4":
         if not fp4_scale_fits(cached):
             return None
-        return cached.setdefault(_LAYOUT_KEY,
-                                 (*wgmma_layout(data, scales, *shape, ALIGN), None))
-    if fmt == "mxfp8_e4m3":
+    elif fmt == "mxfp8_e4m3":
         if not checked_once(cached, "fp8_fits", lambda: fp8_fits(data, scales)):
             return None
-        a, b, s = wgmma_layout_fp8(data, scales, *shape, ALIGN)
     else:
         if not checked_once(cached, "fp6_scale_fits", lambda: scale_fits(scales, fmt)):
             return None
-        codes = data if cached["consts"]["W_PACK"] == 0 else unpack_codes(
-            data.view(torch.uint8), get_format(fmt), "packed", k)
-        a, b, s = wgmma_layout_fp6(codes, scales, fmt, *shape, ALIGN)
-    return cached.setdefault(_LAYOUT_KEY, (a, s, b))
+        if cached["consts"]["W_PACK"] != 0:
+            data = unpack_codes(data.view(torch.uint8), get_format(fmt), "packed", k)
+    return cached.setdefault(_LAYOUT_KEY, layout_of(fmt, data, scales))
+
+
+def layout_of(fmt: str, data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+    """(words, scale bytes, B words or None) of [N, K] weight rows in the one layout: mxfp4 as
+    packed data, mxfp6 as one code a byte, mxfp8 as its codes; the caller checked the scales
+    fit (one_layout for a dense weight, moe_wgmma.expert_layout for every expert at once)."""
+    shape = (CHUNK_K, WGMMA_WARPS)
+    if fmt == "mxfp4":
+        return (*wgmma_layout(data, scales, *shape, ALIGN), None)
+    if fmt == "mxfp8_e4m3":
+        a, b, s = wgmma_layout_fp8(data, scales, *shape, ALIGN)
+    else:
+        a, b, s = wgmma_layout_fp6(data, scales, fmt, *shape, ALIGN)
+    return a, s, b
 
 
 _LAYOUT_KEY = "wgmma_layout"
 
 
-__all__ = ["BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig", "WgmmaPlan", "one_layout",
-           "weight_format", "wgmma_plan"]
+__all__ = ["BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig", "WgmmaPlan", "layout_of",
+           "one_layout", "weight_format", "wgmma_plan"]
