@@ -44,7 +44,7 @@ from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
                                          _wgmma_linear_kernel, copyable_rows)
 from kernels.triton.linear_wgmma_ws import _ws_linear_kernel, ws_descriptors
-from kernels.triton.wgmma_config import layout_of
+from kernels.triton.wgmma_config import layout_of, weight_programs
 from kernels.triton.wgmma_tiles import x_descriptor
 from kernels.triton.moe_routing import combine, sort_rows
 
@@ -131,7 +131,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     src, rw_sorted, dest, slots, grp = sort_rows(topk_ids, topk_weights, num_experts,
                                                  cfg.block_m)
     x_sorted = x.index_select(0, src)
-    grid_n = -(-n // (16 * cfg.groups))
+    grid_n = weight_programs(cfg, n, "moe_wgmma")  # (each expert's rows: n padded alike)
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
     if split > 1 and grid_n * slots * cfg.parts > _LOCK_TILES:

@@ -14,6 +14,7 @@ The host-side `bits_view` and `pack_code` are public here.
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
@@ -370,25 +371,33 @@ class QdqPlan:
         return True
 
 
-# A stream's scratch rows: (flat buffer, {(rows, K, dtype): its [rows, K] view}). Kernels of one
-# stream run in order, so a buffer that one kernel writes and the next reads serves every layer
-# on the stream; grown (the views rebuilt), never shared across streams.
-_SCRATCH: dict = {}
+# A stream's scratch rows, a host thread's own: (flat buffer, {(rows, K, dtype): its [rows, K]
+# view}). Kernels of one stream run in order, so a buffer that one kernel writes and the next
+# reads serves every layer one thread runs on the stream; grown (the views rebuilt), never
+# shared across streams or threads: two threads on one stream interleave their launches (A's
+# QDQ, B's QDQ, A's GEMM, B's GEMM), and one buffer would hand A's GEMM B's rows (H200,
+# 2026-12-03: tests/kernels/test_concurrency.py caught it). Thread-local, so a finished
+# thread's buffers go with it (freed in its stream's order by the caching allocator).
+_SCRATCH = threading.local()
 
 
 def scratch(stream: object, r: int, k: int, dtype: torch.dtype,
             device: torch.device) -> torch.Tensor:
-    """[r, k] rows of `dtype` in `stream`'s scratch on `device` (contents undefined): the same
-    memory on every call of the stream, so it holds only until the stream's next use."""
+    """[r, k] rows of `dtype` in this thread's scratch of `stream` on `device` (contents
+    undefined): the same memory on every call of the thread on the stream, so it holds only
+    until the thread's next use of the stream."""
+    mine = getattr(_SCRATCH, "held", None)
+    if mine is None:
+        mine = _SCRATCH.held = {}
     key = (device, stream)
-    held = _SCRATCH.get(key)
+    held = mine.get(key)
     view = None if held is None else held[1].get((r, k, dtype))
     if view is not None:
         return view
     need = r * k * dtype.itemsize
     if held is None or held[0].numel() < need:
-        held = _SCRATCH[key] = (torch.empty(max(need, 1 << 16), dtype=torch.uint8,
-                                            device=device), {})
+        held = mine[key] = (torch.empty(max(need, 1 << 16), dtype=torch.uint8,
+                                        device=device), {})
     view = held[1][(r, k, dtype)] = held[0][:need].view(dtype).view(r, k)
     return view
 

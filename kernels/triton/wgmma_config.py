@@ -130,6 +130,22 @@ def weight_format(consts: dict) -> Optional[str]:
     return None
 
 
+def weight_programs(cfg: WgmmaConfig, n: int, who: str) -> int:
+    """Programs along N (grid axis 0) for `n` weight rows, each reading 16 x groups rows of the
+    one layout, whose rows are padded to whole ALIGN[0] (128): a 256-row program (warps 8 x
+    rep 2) on rows padded to an odd count of 128 would read past the layout's end (the last
+    program; an MoE expert's, into the next expert's) — compute-sanitizer found such reads on
+    the H200 (2026-12-03), which faulted in one run in many. Refused, with the fix."""
+    rows = 16 * cfg.groups
+    padded = -(-n // ALIGN[0]) * ALIGN[0]
+    if padded % rows:
+        raise ValueError(f"{who}: a program of {rows} weight rows (warps={cfg.warps}, "
+                         f"rep={cfg.rep}) reads past N = {n}'s layout ({padded} rows: whole "
+                         f"{ALIGN[0]}); use warps=4 or rep=1 (128 rows a program), or a weight "
+                         f"of whole {rows} rows")
+    return -(-n // rows)
+
+
 def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                cfg: WgmmaConfig, act: tuple = ()) -> Optional[WgmmaPlan]:
     """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where a finite
@@ -142,7 +158,7 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
         return None
     ktiles = -(-k // cfg.block_k)
     split, per_split = k_slices(ktiles, cfg.split)
-    grid_n = -(-n // (16 * cfg.groups))
+    grid_n = weight_programs(cfg, n, "wgmma")
     tiles = grid_n * -(-m_max // cfg.block_m) * cfg.parts
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
@@ -197,4 +213,4 @@ _LAYOUT_KEY = "wgmma_layout"
 
 
 __all__ = ["BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig", "WgmmaPlan", "layout_of",
-           "one_layout", "weight_format", "wgmma_plan"]
+           "one_layout", "weight_format", "weight_programs", "wgmma_plan"]

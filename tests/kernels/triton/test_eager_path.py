@@ -114,3 +114,21 @@ def test_w4a4_launches_its_qdq_into_the_scratch_then_the_gemm_on_it(
     capturing["now"] = True
     fused_linear(x, prepared)
     assert len(runs) == 2
+
+
+def test_each_thread_has_its_own_scratch_rows_on_a_stream() -> None:
+    """Two host threads on one stream interleave their launches (A's QDQ, B's QDQ, A's GEMM, B's
+    GEMM): with one scratch a stream, A's GEMM would read B's rows (the H200's concurrency test
+    caught it, 2026-12-03). Each thread's rows are its own and stay its own call after call."""
+    import threading
+
+    k = 256
+    mine = mx_quant.scratch(7, 4, k, torch.bfloat16, torch.device("cpu"))
+    assert mx_quant.scratch(7, 4, k, torch.bfloat16, torch.device("cpu")) is mine
+    theirs: list = []
+    t = threading.Thread(target=lambda: theirs.extend(
+        mx_quant.scratch(7, 4, k, torch.bfloat16, torch.device("cpu")) for _ in range(2)))
+    t.start()
+    t.join()
+    assert theirs[0] is theirs[1]
+    assert theirs[0].untyped_storage().data_ptr() != mine.untyped_storage().data_ptr()

@@ -569,6 +569,26 @@ gpu = pytest.mark.skipif(not ON_SM90, reason="wgmma runs on sm_90 only; the CPU 
                          "check its layout and decoder")
 
 
+def test_a_program_reads_only_rows_of_the_layout() -> None:
+    """The one layout pads a weight's rows to whole 128: a 256-row program (warps 8 x rep 2)
+    fits only where they are an even count of 128 — elsewhere its last program read past the
+    layout's end (compute-sanitizer on the H200, 2026-12-03; an illegal address one run in
+    many) and is refused with the fix; 64- and 128-row programs fit every N."""
+    from kernels.triton.wgmma_config import weight_programs
+
+    wide = lw.WgmmaConfig(block_m=64, block_k=128, split=1, stages=2, warps=8, rep=2)
+    for n, programs in ((200, 1), (256, 1), (512, 2), (3000, 12)):
+        assert weight_programs(wide, n, "wgmma") == programs, n
+    for n in (72, 128, 384, 2880):
+        with pytest.raises(ValueError, match=rf"wgmma: a program of 256 weight rows \(warps=8, "
+                           rf"rep=2\) reads past N = {n}'s layout .*use warps=4 or rep=1"):
+            weight_programs(wide, n, "wgmma")
+    for warps, rep, rows in ((4, 1, 64), (8, 1, 128), (4, 2, 128)):
+        cfg = lw.WgmmaConfig(block_m=64, block_k=128, split=1, stages=2, warps=warps, rep=rep)
+        assert [weight_programs(cfg, n, "x") for n in (72, 2880)] == [-(-72 // rows),
+                                                                      -(-2880 // rows)]
+
+
 def test_configs_past_the_verified_tiles_are_refused() -> None:
     with pytest.raises(ValueError, match=r"block_m=48 is not one of \(8, 16, 32, 64, 128\)"):
         lw.WgmmaConfig(block_m=48, block_k=128, split=2, stages=4)
@@ -709,7 +729,7 @@ def test_w4a4_layers_share_the_streams_qdq_scratch() -> None:
         for x, p, want in zip(xs, layers, first):
             assert same_values(fused_linear(x, p), want)
     stream = launcher_mod.current_stream(torch.cuda.current_device())
-    held = mx_quant._SCRATCH[(xs[0].device, stream)]
+    held = mx_quant._SCRATCH.held[(xs[0].device, stream)]
     assert (9, 1024, torch.bfloat16) in held[1], "the QDQ'd rows were the stream's scratch"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -907,6 +927,12 @@ def test_k_halves_match_the_reference(n: int, k: int, fmt: str,
                              warps=warps, sub_k=2, maxnreg=cap, rep=rep)
         whole = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=2,
                                warps=warps)
+        if cfg.groups == 16 and -(-n // 128) % 2:
+            # 256 rows a program on 128 padded rows (72): past the layout's end — refused
+            # (compute-sanitizer saw these reads on the H200; they faulted one run in many)
+            with pytest.raises(ValueError, match="reads past N = 72's layout"):
+                fused_linear(x, prepared, strategy="wgmma", config=cfg)
+            continue
         for b in (None, bias):
             out = fused_linear(x, prepared, b, strategy="wgmma", config=cfg)
             assert close(out, reference_bf16(x, prepared, b)), (n, k, m, split, warps)
