@@ -93,9 +93,12 @@ _WS_32 = WgmmaConfig(block_m=32, block_k=256, split=1, stages=6, tma_x=True, ws=
 LARGE_M = 1 << 30  # a row's m_max for every M (m_bucket's bucket past 128)
 _WS_WIDE_3 = WgmmaConfig(block_m=256, block_k=128, split=1, stages=3, tma_x=True, ws=True)
 _WS_WIDE_2 = WgmmaConfig(block_m=256, block_k=128, split=1, stages=2, tma_x=True, ws=True)
-# ... with split-K 2 at M <= 512 on N < 16384 (64-128 programs of 128 x 256 for 132 SMs: 0.66x
-# bf16 at M = 256 on 8192^2); written with no device time left, gated (WIDE_SPLIT_VERIFIED),
-# passed over until measured (tools/gpu_sweeps.sh)
+# ... with split-K 2 at M <= 256 on N < 16384 (64 programs of 128 x 256 for 132 SMs; at M = 512
+# 128 programs already fill them and split-K only adds the partials' traffic). H200 2026-12-03
+# 20:4x UTC (tune_linear, docs/benchmarks.md part 17), us, split 1 -> 2, N x K = 8192^2 /
+# 8192 x 28672 (28672 x 8192: split 2 loses, 194-211 -> 251-277):
+#   M = 256 mxfp4 st3 82.2 / 274.4 -> 67.1 / 179.2, mxfp8 st2 91.4 / 297.9 -> 77.1 / 199.2;
+#   M = 512 mxfp4 st3 95.8 / 309.2 -> 129.1 / 352.4, mxfp8 st2 103.6 / 345.1 -> 139.9 / 380.5
 _WS_WIDE_3_S2 = dataclasses.replace(_WS_WIDE_3, split=2)
 _WS_WIDE_2_S2 = dataclasses.replace(_WS_WIDE_2, split=2)
 _WS_64 = WgmmaConfig(block_m=64, block_k=256, split=1, stages=4, tma_x=True, ws=True)
@@ -155,8 +158,8 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp4", 128, "wgmma", _WS_128),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,
                                             max_tiles=256, tma_x=True)),
-    Choice("fp4", 512, "wgmma", _WS_WIDE_3, n_min=16384),
-    Choice("fp4", 512, "wgmma", _WS_WIDE_3_S2),
+    Choice("fp4", 256, "wgmma", _WS_WIDE_3, n_min=16384),
+    Choice("fp4", 256, "wgmma", _WS_WIDE_3_S2),
     Choice("fp4", LARGE_M, "wgmma", _WS_WIDE_3),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
     # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
@@ -198,8 +201,8 @@ TABLE: tuple[Choice, ...] = (
                                             sub_k=2), k_min=16384),
     Choice("fp8", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3, warps=8,
                                             max_tiles=128, tma_x=True), n_min=8192),
-    Choice("fp8", 512, "wgmma", _WS_WIDE_2, n_min=16384),
-    Choice("fp8", 512, "wgmma", _WS_WIDE_2_S2),
+    Choice("fp8", 256, "wgmma", _WS_WIDE_2, n_min=16384),
+    Choice("fp8", 256, "wgmma", _WS_WIDE_2_S2),
     Choice("fp8", LARGE_M, "wgmma", _WS_WIDE_2),
     # mxfp8 e5m2 (or e4m3 where wgmma does not apply) via the fp8 convert: M = 1 / 16 / 64
     # 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
@@ -249,8 +252,8 @@ TABLE: tuple[Choice, ...] = (
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2,
                                               sub_k=2, tma_x=True), n_min=8192),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)),
-    Choice("other", 512, "wgmma", _WS_WIDE_2, n_min=16384),
-    Choice("other", 512, "wgmma", _WS_WIDE_2_S2),
+    Choice("other", 256, "wgmma", _WS_WIDE_2, n_min=16384),
+    Choice("other", 256, "wgmma", _WS_WIDE_2_S2),  # (as mxfp8: not measured)
     Choice("other", LARGE_M, "wgmma", _WS_WIDE_2),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)

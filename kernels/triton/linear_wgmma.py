@@ -278,12 +278,13 @@ WS_VERIFIED = True
 # GPU: no device time left; docs/verification.md). Measured faster than dequant-gemm in 24 of
 # 27 cells (linear_configs' rows).
 WIDE_M_VERIFIED = True
-# The wide tile with split-K (split > 1: for M = 256-512 on N = 8192, where 128 x 256 programs
-# fill 64-128 of the 132 SMs; each consumer's partial parked and summed in slice order,
-# wgmma_tiles.finish_tile's parts): written 2026-12-03 with no device time left, compiled for
-# sm_90a offline (no spills); off until test_wide_m_matches_the_reference's split cases pass
-# in a whole-suite H200 run, its table rows passed over until then (tools/gpu_sweeps.sh).
-WIDE_SPLIT_VERIFIED = False
+# The wide tile with split-K (split > 1: for M = 129-256 on N < 16384, where 128 x 256 programs
+# fill 64 of the 132 SMs; each consumer's partial parked and summed in slice order,
+# wgmma_tiles.finish_tile's parts): written 2026-12-03; test_wide_m_matches_the_reference's
+# split cases (2 and 3) passed in the whole-suite H200 run of 0406a8b (20:32 UTC, 3913 passed,
+# docs/verification.md); measured the same evening (docs/benchmarks.md part 17): 67-77 against
+# 82-91 us on 8192^2 at M = 256, losing at M = 512 (the table's rows: M <= 256 only).
+WIDE_SPLIT_VERIFIED = True
 
 
 def table_config(cfg: object) -> object:

@@ -318,10 +318,11 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
         assert le.strategy_for(129, bf, bf, None, True, family, skip=("wgmma",), n=8192,
                                k=8192)[0] == "dequant-gemm"
     assert le.strategy_for(128, bf, bf, None, True, fp4, n=8192, k=8192)[1].block_m == 128
-    # ... with split-K 2 up to M = 512 on N < 16384, once its own gate is open
+    # ... with split-K 2 up to M = 256 on N < 16384, once its own gate is open
     monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
     for family in (fp4, fp8, int8):
-        for m, n, split in ((129, 8192, 2), (512, 8192, 2), (513, 8192, 1), (300, 28672, 1)):
+        for m, n, split in ((129, 8192, 2), (256, 8192, 2), (257, 8192, 1), (512, 8192, 1),
+                            (200, 28672, 1)):
             cfg = le.strategy_for(m, bf, bf, None, True, family, n=n, k=8192)[1]
             assert (cfg.block_m, cfg.split) == (256, split), (family, m, n)
     monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", False)
