@@ -3,8 +3,8 @@
 # (the whole suite green): every variant is checked against the reference before it is timed,
 # bf16 F.linear in the same run; the sweep tools open the gates themselves.
 #   1. the wide ws tile at N = 28672, M = 4096, 2 against 3 stages (0.94-0.99x: inside one run's
-#      spread on 2026-12-03) and at M = 256 / 512 (0.66x on N = 8192: 64 programs) with its
-#      split-K (gated: WIDE_SPLIT_VERIFIED; the table's split rows wait on this);
+#      spread on 2026-12-03) and at M = 256 / 512 with split-K 2 (decided 2026-12-03 20:45,
+#      benchmarks part 17: split rows at M <= 256 on N < 16384; re-run to re-check the table);
 #   2. where eager time goes past one M tile (M = 1024: eager − graph +12 to +35 µs with the
 #      wide rows, none with dequant-gemm): tools/host_profile.py --ms 256,1024 gives eager with
 #      and without the L2 flush beside graph (host-bound or not);
