@@ -1,6 +1,6 @@
 """The eager fast path of a planned wgmma linear call: for an input shape seen before, a call is
 an output allocation and one or two `launcher.Bound` launches, with no reshape, view or plan
-lookup between them.
+lookup between them, at any M (a Bound a (stream, M tiles): prefill's shapes too).
 
 Why: in eager decoding (transformers' `generate`) a layer's host time is the step's bound once
 the GPU's share is short: on the lent H200's host bf16 `F.linear` costs ~16 us a call, the MX
@@ -30,12 +30,14 @@ HOT_CALLS = 32  # input shapes kept a weight (an eager server sees a few M a lay
 class HotCall:
     """One (weight, input shape, dtype, device)'s eager launches (module docstring)."""
 
-    __slots__ = ("plan", "qdq", "m", "k", "out_shape", "dtype", "device", "index", "tma")
+    __slots__ = ("plan", "qdq", "m", "k", "tiles", "out_shape", "dtype", "device", "index",
+                 "tma")
 
     def __init__(self, plan: WgmmaPlan, qdq: Optional[mx_quant.QdqPlan], x: Tensor) -> None:
         self.plan, self.qdq = plan, qdq
         self.k = plan.k
         self.m = x.numel() // plan.k
+        self.tiles = -(-self.m // plan.cfg.block_m)  # the Bound's grid
         self.out_shape = (*x.shape[:-1], plan.n)
         self.dtype, self.device, self.index = x.dtype, x.device, plan.device
         self.tma = plan.cfg.tma_x
@@ -45,7 +47,7 @@ class HotCall:
         if x.data_ptr() % 16 or not x.is_contiguous():
             return None
         stream = launcher.current_stream(self.index)
-        bound = self.plan.fast.get(stream)
+        bound = self.plan.fast.get((stream, self.tiles))
         if bound is None:
             return None
         m, k = self.m, self.k
@@ -64,12 +66,11 @@ class HotCall:
 
 def remember(hot: dict, plan: WgmmaPlan, qdq: object, x: Tensor) -> None:
     """Keep a HotCall for x's key in `hot` (a weight's), where the general call just made can
-    be served by one: its plan's Bound exists (a call after the first on a stream) and covers
-    x's rows (one M tile: the Bound's grid), its QDQ (if any) is a QdqPlan, x is contiguous
-    and whole rows of K."""
+    be served by one: its plan has Bounds (a call after the first on a stream; the one of x's
+    M tiles is looked up at the call), its QDQ (if any) is a QdqPlan, x is contiguous and
+    whole rows of K."""
     if plan.fast and (qdq is None or isinstance(qdq, mx_quant.QdqPlan)) and \
-            x.is_contiguous() and x.dim() >= 2 and x.shape[-1] == plan.k and \
-            0 < x.numel() // plan.k <= plan.cfg.block_m:
+            x.is_contiguous() and x.dim() >= 2 and x.shape[-1] == plan.k and x.numel():
         if len(hot) >= HOT_CALLS:
             hot.clear()
         hot[(x.shape, x.dtype, x.device)] = HotCall(plan, qdq, x)

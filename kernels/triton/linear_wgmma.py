@@ -362,21 +362,24 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
               stream: Any = None) -> None:
     """One launch of `plan`: x2d [M, K] bf16 (unit stride along K) into out [M, N] bf16. Calls
     without bias into a dense aligned output (fused_linear's) take the plan's `Bound` for the
-    stream after the first: x, out, M and the two row strides are all that change. `stream`:
+    (stream, M tiles) after the first: x, out, M and the two row strides are all that change,
+    and no descriptor is encoded again (Triton's launcher encodes each of a ws plan's four on
+    every call: the general path's host time at large M). `stream`:
     `launcher.current_stream(plan.device)` where the caller has it (None: looked up here)."""
     x2d = copyable_rows(x2d)
     m = x2d.shape[0]
     cfg = plan.cfg
-    direct = bias is None and m <= cfg.block_m and out.stride(0) == plan.n
+    tiles = -(-m // cfg.block_m)
+    direct = bias is None and out.stride(0) == plan.n and (tiles == 1 or TILES_BOUND_VERIFIED)
     if direct:
         stream = stream if stream is not None else launcher.current_stream(plan.device)
-        bound = plan.fast.get(stream)
+        bound = plan.fast.get((stream, tiles))
         optr = out.data_ptr()
         if bound is not None and optr % 16 == 0:
             bound(stream, (XDesc(x2d) if cfg.tma_x else x2d.data_ptr(), optr, m, x2d.stride(0),
                            plan.n))
             return
-    grid = (plan.grid_n, -(-m // cfg.block_m), plan.split)
+    grid = (plan.grid_n, tiles, plan.split)
     part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * cfg.groups * cfg.block_m
                            if plan.split > 1 else 1, x2d.device)
     b = bias if bias is not None else lock
@@ -394,7 +397,20 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
                                maxnreg=cfg.maxnreg)
     if direct and stream is not None and compiled is not None and aligned(out) and \
             not torch.cuda.is_current_stream_capturing():  # capture: the workspace is the graph's
-        plan.fast[stream] = launcher.Bound(compiled, grid, args, _PER_CALL)
+        if len(plan.fast) >= FAST_BOUNDS:  # (a server's many prefill lengths: start over)
+            plan.fast.clear()
+        plan.fast[(stream, tiles)] = launcher.Bound(compiled, grid, args, _PER_CALL)
+
+
+# Bounds a plan keeps ((stream, M tiles) pairs: a decode step's M is one tile, prefill's vary)
+FAST_BOUNDS = 64
+# Bounds past one M tile (a grid of several; the eager path at prefill's M): written
+# 2026-12-03 after the session's device time was spent — the same Bound as one tile's with
+# another grid; off until test_bound_launches_give_the_general_paths_bits (M = 200..600)
+# passes in a whole-suite H200 run. Why: at M = 1024 eager ran 12-35 us past graph on the
+# wide ws rows, and the general path has Triton encode the plan's four TMA descriptors
+# (cuTensorMapEncodeTiled) on every call, which a Bound does once (not yet measured).
+TILES_BOUND_VERIFIED = False
 
 
 # run_wgmma's per-call arguments of the kernel: x, out, M, x's and out's row strides

@@ -108,7 +108,7 @@ class WgmmaPlan:
     bwords: Optional[Tensor] = None  # mxfp6: the codes' low bits (fp6_words)
     fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2, 3 mxfp8 e4m3
     act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
-    fast: dict = field(default_factory=dict, compare=False)  # stream -> launcher.Bound
+    fast: dict = field(default_factory=dict, compare=False)  # (stream, M tiles) -> Bound
     descs: tuple = ()  # ws: TMA descriptors of words, B words, scale bytes (ws_descriptors)
     device: Optional[int] = None  # the weight's CUDA device index (a torch.device a call: ~1 us)
 

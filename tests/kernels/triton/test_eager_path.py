@@ -44,8 +44,8 @@ def test_a_seen_input_shape_launches_the_plans_bound_with_the_general_arguments(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """3-D x (as a model passes it): after the first call, the same shape, dtype and device
     launch the Bound alone — x's rows as [M, K], the output allocated as [..., N] — with what
-    the general path passes; a strided or misaligned x, another stream, a bias, or rows past
-    the plan's one M tile take the general path."""
+    the general path passes; a strided or misaligned x, another stream or a bias take the
+    general path; rows past one M tile bind a Bound of their grid."""
     cfg = lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)
     general, bound = record_launches(monkeypatch, cfg)
     runs = general_calls(monkeypatch)
@@ -79,9 +79,42 @@ def test_a_seen_input_shape_launches_the_plans_bound_with_the_general_arguments(
     streams["now"] = 5
     fused_linear(x, prepared, torch.zeros(n))
     assert len(runs) == 5
-    hot = prepared.cache[le._CACHE_KEY]["hot"]
+    launches = len(bound)
+    # past one M tile (prefill): the general path while multi-tile Bounds are gated, then a
+    # Bound of its own grid, and the eager path too
     fused_linear(torch.randn(17, k, generator=gen).to(torch.bfloat16), prepared)
-    assert (torch.Size([17, k]), torch.bfloat16, x.device) not in hot, "past one M tile"
+    fused_linear(torch.randn(17, k, generator=gen).to(torch.bfloat16), prepared)
+    assert len(runs) == 7 and len(bound) == launches, "gated: each call the general path"
+    monkeypatch.setattr(lw, "TILES_BOUND_VERIFIED", True)
+    long = [torch.randn(17, k, generator=gen).to(torch.bfloat16) for _ in range(2)]
+    fused_linear(long[0], prepared)
+    assert len(runs) == 8 and general[-1][2][1] == 2, "the general path: 2 M tiles"
+    out = fused_linear(long[1], prepared)
+    assert len(runs) == 8 and bound[-1]["M"] == 17 and bound[-1]["x_ptr"] == long[1].data_ptr()
+    assert bound[-1]["out_ptr"] == out.data_ptr() and out.shape == (17, n)
+    plan = next(p for p in prepared.cache[le._CACHE_KEY]["plans"].values() if p.wgmma
+                and (5, 2) in p.wgmma.fast)
+    assert plan.wgmma.fast[(5, 2)]._grid == tuple(general[-1][2]), "the grid of 2 M tiles"
+
+
+def test_a_plan_keeps_a_few_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Bound a (stream, M tiles): a server's many prefill lengths would keep adding them, so
+    past FAST_BOUNDS a plan starts over (the next call of a dropped one takes the general path
+    once and binds again)."""
+    cfg = lw.WgmmaConfig(block_m=16, block_k=128, split=1, stages=4)
+    general, bound = record_launches(monkeypatch, cfg)
+    monkeypatch.setattr(lw, "FAST_BOUNDS", 2)
+    monkeypatch.setattr(lw, "TILES_BOUND_VERIFIED", True)
+    gen = torch.Generator().manual_seed(6)
+    k = 256
+    prepared = KERNEL.prepare(fp4_weight(64, k, gen), SchemeContract(weight=key("mxfp4"),
+                                                                    activation=None))
+    for m in (600, 700, 800, 600):  # one plan (M > 512), 38 / 44 / 50 M tiles
+        fused_linear(torch.randn(m, k, generator=gen).to(torch.bfloat16), prepared)
+    plan = prepared.cache[le._CACHE_KEY]["plans"]
+    fast = [p.wgmma.fast for p in plan.values() if p.wgmma]
+    assert len(fast) == 1 and set(fast[0]) == {(5, 50), (5, 38)}
+    assert len(general) == 4 and not bound, "each a first call of its (stream, M tiles)"
 
 
 def test_w4a4_launches_its_qdq_into_the_scratch_then_the_gemm_on_it(

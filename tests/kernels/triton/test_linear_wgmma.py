@@ -583,6 +583,9 @@ def test_a_program_reads_only_rows_of_the_layout() -> None:
         with pytest.raises(ValueError, match=rf"wgmma: a program of 256 weight rows \(warps=8, "
                            rf"rep=2\) reads past N = {n}'s layout .*use warps=4 or rep=1"):
             weight_programs(wide, n, "wgmma")
+    # no table row can be refused for a weight's N: every wgmma row reads <= 128 rows a program
+    assert all(16 * row.config.groups <= 128 for row in linear_configs.TABLE
+               if isinstance(row.config, lw.WgmmaConfig))
     for warps, rep, rows in ((4, 1, 64), (8, 1, 128), (4, 2, 128)):
         cfg = lw.WgmmaConfig(block_m=64, block_k=128, split=1, stages=2, warps=warps, rep=rep)
         assert [weight_programs(cfg, n, "x") for n in (72, 2880)] == [-(-72 // rows),
@@ -741,12 +744,14 @@ def test_w4a4_layers_share_the_streams_qdq_scratch() -> None:
 
 @gpu
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"])
-def test_bound_launches_give_the_general_paths_bits(fmt: str) -> None:
+def test_bound_launches_give_the_general_paths_bits(fmt: str, monkeypatch) -> None:
     """Calls after a plan's first go through its `launcher.Bound` (pointers as ints, per
     stream), and a seen input shape through the eager path (eager_path: the Bound alone, 2-D
     and 3-D x): bit for bit what the general path (a forced config: a fresh plan each call)
-    gives, for the table's rows at every M bucket, W*A16 and W*A*, on the default and a side
-    stream."""
+    gives, for the table's rows at every M bucket (several M tiles a Bound past 128), W*A16
+    and W*A*, on the default and a side stream. (Run with Bounds past one M tile switched on:
+    this test is what switches them on, `TILES_BOUND_VERIFIED`.)"""
+    monkeypatch.setattr(lw, "TILES_BOUND_VERIFIED", True)
     gen = torch.Generator().manual_seed(len(fmt) + 1)
     n, k = 200, 1024
     w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
@@ -754,7 +759,8 @@ def test_bound_launches_give_the_general_paths_bits(fmt: str) -> None:
     side = torch.cuda.Stream()
     for akey in (None, key(fmt, static=False)):
         prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=akey))
-        for m in (1, 1, 9, 16, 30, 64, 33, 100, 128, 128):
+        for m in (1, 1, 9, 16, 30, 64, 33, 100, 128, 128, 200, 300, 600, 600):  # (past 128:
+            # the wide rows, 1-3 M tiles a Bound)
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
             for stream in (torch.cuda.current_stream(), side):
                 stream.wait_stream(torch.cuda.current_stream())  # x is ready
