@@ -8,6 +8,8 @@
 # one run lists every launch that reads or writes out of bounds.
 #
 #   OUT=/tmp/out bash tools/gpu_memcheck.sh 'tests/x.py::test_a[p]' 'tests/y.py::test_b'
+# (no nodes: one test of each wgmma kernel family on N / K tails; at most 8 nodes a call: the
+# device tool brings back 8 files)
 # (2026-12-03: found the out-of-bounds weight reads behind two illegal-address failures of a
 # whole-suite run, which memory layout had hidden in earlier runs.)
 set -uo pipefail
@@ -16,6 +18,17 @@ OUT=${OUT:-/tmp/gpu-memcheck}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD:$PWD/tools${PYTHONPATH:+:$PYTHONPATH} PYTORCH_NO_CUDA_MEMORY_CACHING=1
 source tools/device_wheels.sh
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ $# -eq 0 ]; then  # no nodes named: one test of each wgmma kernel family, on N / K tails
+  T=tests/kernels/triton
+  set -- "$T/test_linear_wgmma.py::test_k_halves_match_the_reference[72-2880-mxfp6_e3m2]" \
+    "$T/test_linear_wgmma.py::test_x_by_tma_matches_the_reference[72-2880-mxfp8_e4m3]" \
+    "$T/test_linear_wgmma.py::test_fused_activation_qdq_is_the_dispatchers[72-2880-mxfp4:even]" \
+    "$T/test_linear_wgmma_ws.py::test_warp_specialized_matches_the_reference[72-2880-mxfp6_e2m3]" \
+    "$T/test_linear_wgmma_ws.py::test_wide_m_matches_the_reference[72-2880-mxfp8_e4m3]" \
+    "$T/test_moe_wgmma.py::test_x_by_tma_experts_match_the_reference[mxfp6_e3m2]" \
+    "$T/test_moe_wgmma.py::test_wide_tile_experts_match_the_reference[mxfp4]" \
+    "$T/test_linear_wgmma.py::test_bound_launches_give_the_general_paths_bits[mxfp4]"
+fi
 i=0
 for node in "$@"; do
   i=$((i + 1))
