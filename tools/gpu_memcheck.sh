@@ -20,9 +20,9 @@ source tools/device_wheels.sh
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ $# -eq 0 ]; then  # no nodes named: one test of each wgmma kernel family, on N / K tails
   T=tests/kernels/triton
-  set -- "$T/test_linear_wgmma.py::test_k_halves_match_the_reference[72-2880-mxfp6_e3m2]" \
-    "$T/test_linear_wgmma.py::test_x_by_tma_matches_the_reference[72-2880-mxfp8_e4m3]" \
-    "$T/test_linear_wgmma.py::test_fused_activation_qdq_is_the_dispatchers[72-2880-mxfp4:even]" \
+  set -- "$T/test_wgmma_formats.py::test_k_halves_match_the_reference[72-2880-mxfp6_e3m2]" \
+    "$T/test_wgmma_formats.py::test_x_by_tma_matches_the_reference[72-2880-mxfp8_e4m3]" \
+    "$T/test_wgmma_formats.py::test_fused_activation_qdq_is_the_dispatchers[72-2880-mxfp4:even]" \
     "$T/test_linear_wgmma_ws.py::test_warp_specialized_matches_the_reference[72-2880-mxfp6_e2m3]" \
     "$T/test_linear_wgmma_ws.py::test_wide_m_matches_the_reference[72-2880-mxfp8_e4m3]" \
     "$T/test_moe_wgmma.py::test_x_by_tma_experts_match_the_reference[mxfp6_e3m2]" \

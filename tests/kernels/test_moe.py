@@ -48,7 +48,7 @@ ORACLE_BOUND = 1e-6
 # the routing-weight multiply, the slot sum and the cast are the same fp32 operations in the
 # same order, so only tl.dot's summation order differs: <= K * 2**-24 * sum |x||w| at worst,
 # ~1e-7 for random data; 1e-5 leaves a 10x margin over the worst seen and still flags a single
-# misrounded operand (>= 1e-4), as in tests/kernels/triton/test_linear_emulation.py.
+# misrounded operand (>= 1e-4), as in tests/support/emulation_cases.py.
 ACC_BOUND = 1e-5
 # Output with vs without the activation QDQ: the coarsest activation format here (mxint8,
 # 2**-7 relative steps) moves random outputs by ~1e-2; 1e-3 is 100x above ACC_BOUND.

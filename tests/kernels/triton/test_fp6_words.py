@@ -1,6 +1,6 @@
 """mxfp6 weights for the wgmma kernel (kernels/triton/fp6_words.py): the layout decoded by the
 torch twin of the GPU decoder equals the reference dequantization at every code and scale byte
-(CPU, in CI); the kernel's own bits are checked on an sm_90 GPU (test_linear_wgmma.py)."""
+(CPU, in CI); the kernel's own bits are checked on an sm_90 GPU (test_wgmma_formats.py)."""
 from __future__ import annotations
 
 import pytest

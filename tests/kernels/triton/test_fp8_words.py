@@ -1,7 +1,7 @@
 """mxfp8 e4m3 weights for the wgmma kernel (kernels/triton/fp8_words.py): the layout decoded by
 the torch twin of the GPU decoder equals the reference dequantization at every code and scale
 byte the layout takes (CPU, in CI), and the weights it cannot hold exactly are refused; the
-kernel's own bits are checked on an sm_90 GPU (test_linear_wgmma.py)."""
+kernel's own bits are checked on an sm_90 GPU (test_wgmma_formats.py)."""
 from __future__ import annotations
 
 import pytest

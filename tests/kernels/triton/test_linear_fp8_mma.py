@@ -20,7 +20,7 @@ CONTRACTS = sorted({(w, a) for f in DECL.accepts for w in f.weights for a in f.a
 KERNEL = load_kernel("triton-fp8-mma")
 REFERENCE = load_kernel("reference-emulation")
 # The products are exact; only the fp32 summation order differs from the reference (and, on
-# Hopper, the tensor core's own adds inside one 32-wide slice): see test_linear_emulation.
+# Hopper, the tensor core's own adds inside one 32-wide slice): see support.emulation_cases.
 ACC_BOUND = 1e-5 if DEVICE == "cpu" else 1e-4
 
 

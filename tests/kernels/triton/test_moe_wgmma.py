@@ -208,7 +208,7 @@ def test_captured_in_a_cuda_graph_and_taken_by_the_triton_entry(monkeypatch) -> 
 @pytest.mark.parametrize("fmt,layout", [("mxfp6_e2m3", "unpacked"), ("mxfp6_e3m2", "packed")])
 def test_fp6_experts_match_the_reference(fmt: str, layout: str, monkeypatch) -> None:
     """mxfp6 experts (W6A16 and W6A6) through the kernel's FMT 1 / 2. (Run with mxfp6 switched
-    on: with test_linear_wgmma's fp6 test, what switches it on: `FP6_VERIFIED`.)"""
+    on: with test_wgmma_formats' fp6 test, what switches it on: `FP6_VERIFIED`.)"""
     monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
     act6 = QuantKey.mx(fmt, rounding="even", static=False)
     for e, n, k, top_k, tokens in ((8, 256, 512, 2, 1), (8, 136, 2880, 2, 40),
@@ -249,7 +249,7 @@ def test_two_warpgroup_experts_match_the_reference(fmt: str, monkeypatch) -> Non
     """warps = 8 (128 weight rows a program, the experts' 128-row layout): W*A16 and W*A*,
     block_m 64 / 128, split 1 / 2, N tails (200: a tile and a half an expert), K tails, one
     expert taking every token (many M tiles), NaN blocks; two calls bit-identical. (Run with
-    warps 8 switched on: with test_linear_wgmma's, what switches it on: `WARPS_VERIFIED`.)"""
+    warps 8 switched on: with test_wgmma_formats', what switches it on: `WARPS_VERIFIED`.)"""
     monkeypatch.setattr(linear_wgmma, "WARPS_VERIFIED", (4, 8))
     monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
     monkeypatch.setattr(linear_wgmma, "SUB_K_VERIFIED", True)  # (and K halves: sub_k 2,
@@ -281,7 +281,7 @@ def test_x_by_tma_experts_match_the_reference(fmt: str, monkeypatch) -> None:
     expert's (or past the end: zero-filled), and reach only accumulator columns never stored;
     bit for bit the cp.async kernel's output, close to the reference; W*A16 and W*A*, block_m
     16 / 64 / 128, split 1 / 2, one and two warpgroups, rep 2 (the experts row), K tails, NaN
-    blocks. (With test_linear_wgmma's, what switches it on: `TMA_X_VERIFIED`.)"""
+    blocks. (With test_wgmma_formats', what switches it on: `TMA_X_VERIFIED`.)"""
     monkeypatch.setattr(linear_wgmma, "TMA_X_VERIFIED", True)
     monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
     for x, w, ids, rw, a, want in many_tile_cases(fmt, salt=3):

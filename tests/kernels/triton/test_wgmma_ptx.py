@@ -2,7 +2,7 @@
 use (and / or / shl / shr / shf.r.wrap / add / mov / mul.rn.bf16x2) replays each inline-asm
 string on random words and must give the bf16x2 patterns of its torch twin (fp4_words.
 wgmma_pairs, fp6_words.fp6_pairs, fp8_words.fp8_pairs), which CPU CI checks against the
-reference dequantization (test_fp6_words, test_fp8_words, test_linear_wgmma). So a PTX edit
+reference dequantization (test_fp6_words, test_fp8_words, test_wgmma_layout). So a PTX edit
 that drifts from its twin fails here, not only on an H200."""
 from __future__ import annotations
 
