@@ -43,17 +43,20 @@ def spec_key(args: Sequence[Any], constexprs: frozenset = frozenset()) -> tuple:
 
 
 def launch(fn: Any, key: Hashable, grid: Sequence[int], args: Sequence[Any], *, num_warps: int,
-           num_stages: int, maxnreg: int = 0) -> Any:
+           num_stages: int, maxnreg: int = 0, pdl: bool = False) -> Any:
     """Run `fn[grid](*args, num_warps=, num_stages=)`; `args` are ALL of fn's parameters in
     order (constexprs included), `key` their specialization (module docstring). `maxnreg`:
-    a register cap per thread (0: the compiler's choice). Returns the compiled kernel (None
-    under the interpreter), for `Bound`."""
+    a register cap per thread (0: the compiler's choice); `pdl`: a programmatic dependent
+    launch (grid_dependency; a `Bound` of it launches so too). Returns the compiled kernel
+    (None under the interpreter), for `Bound`."""
     opts = {"maxnreg": maxnreg} if maxnreg else {}
+    if pdl:
+        opts["launch_pdl"] = True
     if type(fn).__name__ == "InterpretedFunction":  # TRITON_INTERPRET=1: nothing compiled
         fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages, **opts)
         return None
     device = driver.active.get_current_device()
-    memo = (id(fn), key, device, num_warps, num_stages, maxnreg)
+    memo = (id(fn), key, device, num_warps, num_stages, maxnreg, pdl)
     compiled = _COMPILED.get(memo)
     if compiled is None or hooked():  # profilers' launch hooks: Triton's own path calls them
         compiled = fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages, **opts)

@@ -55,9 +55,10 @@ from kernels.triton.wgmma_config import (  # noqa: F401 (re-exported: the kernel
 from kernels.triton.wgmma_decode import (acc_layout, along, decode, halves, slot_operands,
                                          words_layout, x_copy_layout)
 from kernels.triton import wgmma_tiles
-from kernels.triton.wgmma_tiles import (X_SMEM, XDesc, copy_tile, copyable_rows, cta_barrier,
-                                        expert_rows, finish_tile, layout_chunks, qdq_x_tile,
-                                        weight_ring, x_descriptor)
+from kernels.triton.wgmma_tiles import (X_SMEM, XDesc, copy_tile, copy_weight_tile, copy_x_tile,
+                                        copyable_rows, cta_barrier, expert_rows, finish_tile,
+                                        grid_wait, layout_chunks, qdq_x_tile, weight_ring,
+                                        x_descriptor)
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
@@ -68,7 +69,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
                          K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
                          ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
-                         X_TMA: gl.constexpr = False):
+                         X_TMA: gl.constexpr = False, PDL: gl.constexpr = False):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
@@ -82,7 +83,11 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     x tile): the tile's G = WARPS * REP groups of 16 rows, warp w holding groups w, w + WARPS.
     X_TMA: x_ptr is a TMA descriptor of x ([M, K], box [BLOCK_M, BLOCK_K]) and each x tile one
     TMA copy completing on its slot's mbarrier (no address math or masks a thread; the wgmma
-    reads what the async proxy wrote, so no proxy fence a tile unless ACT rewrites it)."""
+    reads what the async proxy wrote, so no proxy fence a tile unless ACT rewrites it).
+    PDL: launched programmatically after the activation QDQ (grid_dependency): the first
+    tiles' weight copies are issued, then the kernel waits for the QDQ before its first x copy
+    (the QDQ writes x; it reads nothing this kernel writes, and the kernels before it have
+    finished: it was launched as any kernel). Never with GROUPED (its tile table)."""
     G: gl.constexpr = WARPS * REP  # 16-row groups a tile (the layout's `warps`)
     BLOCK_N: gl.constexpr = 16 * G
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
@@ -156,11 +161,22 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
 
     w_smem, b_smem, s_smem = weight_ring(STAGES, G, NBH, FMT)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], XS)
-    for s in gl.static_range(D):
-        t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
-        copy_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), x_smem.index(s),
-                  wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs, xmask, xc,
-                  _slot(xbar, s, X_TMA), t, K, row0, BLOCK_K, K_TAIL, FMT, X_TMA)
+    if PDL:  # the first D tiles' weights (which no kernel writes) before waiting on the QDQ
+        for s in gl.static_range(D):  # (its rows: the x tiles), in the first x tile's group
+            t = gl.minimum(k_lo + s, k_hi - 1)
+            copy_weight_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), wbase + t * TW,
+                             bbase + t * TB, sbase + t * TS, FMT)
+        grid_wait()
+        for s in gl.static_range(D):
+            t = gl.minimum(k_lo + s, k_hi - 1)
+            copy_x_tile(x_smem.index(s), xptrs, xmask, xc, _slot(xbar, s, X_TMA), t, K, row0,
+                        BLOCK_K, K_TAIL, X_TMA)
+    else:
+        for s in gl.static_range(D):
+            t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
+            copy_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), x_smem.index(s),
+                      wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs, xmask, xc,
+                      _slot(xbar, s, X_TMA), t, K, row0, BLOCK_K, K_TAIL, FMT, X_TMA)
     if len(ACT) > 0:
         xq_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_K], XS)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
@@ -391,10 +407,10 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
     args = (xa, *weight, b, out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1,
             x2d.stride(0), out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m,
             cfg.block_k, cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt,
-            plan.act, cfg.sub_k, cfg.rep, cfg.tma_x)
+            plan.act, cfg.sub_k, cfg.rep, cfg.tma_x, plan.pdl)
     kernel = _ws_linear_kernel if cfg.ws else _wgmma_linear_kernel
     compiled = launcher.launch(kernel, key, grid, args, num_warps=cfg.warps, num_stages=1,
-                               maxnreg=cfg.maxnreg)
+                               maxnreg=cfg.maxnreg, pdl=plan.pdl)
     if direct and stream is not None and compiled is not None and aligned(out) and \
             not torch.cuda.is_current_stream_capturing():  # capture: the workspace is the graph's
         if len(plan.fast) >= FAST_BOUNDS:  # (a server's many prefill lengths: start over)

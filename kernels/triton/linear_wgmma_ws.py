@@ -47,7 +47,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from kernels.triton.wgmma_config import BLOCK_M_WIDE
 from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
 from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
-                                        layout_chunks, weight_ring)
+                                        grid_wait, layout_chunks, weight_ring)
 
 ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
 WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
@@ -105,12 +105,15 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
                       K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
                       ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
-                      X_TMA: gl.constexpr = True):
+                      X_TMA: gl.constexpr = True, PDL: gl.constexpr = False):
     """x_ptr: TMA descriptor of x [M, K] ([BLOCK_M, BLOCK_K] boxes); w_ptr / b_ptr / s_ptr:
     `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
     consumer; the second and the loader are warp_specialize's workers). GROUPED (MoE experts,
     moe_wgmma): the one-partition kernel's tile table and operands (x the rows in expert
-    order; the descriptors span every expert, stride_we words an expert)."""
+    order; the descriptors span every expert, stride_we words an expert). PDL: as the
+    one-partition kernel's: the loader issues the first ring's weight copies, then waits for
+    the activation QDQ before its first x copy (`_loader`)."""
+    gl.static_assert(not (PDL and GROUPED))
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
     # BLOCK_M 256 (large M): 128 weight rows, consumer C the layout's block 2 * pid + C in its
     # own ring, both on every K tile and all 256 rows (the module docstring)
@@ -156,40 +159,60 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                             rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT,
                             BLOCK_M, BLOCK_K, STAGES, FMT)),
         (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full, empty,
-                   row0, tile0, block_tiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT)),
+                   row0, tile0, block_tiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT, PDL)),
     ], [4, 1], [WREGS, LOADER_REGS])
 
 
 @gluon.jit
 def _loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full, empty, row0,
             tile0, block_tiles, k_lo, k_hi, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
-            STAGES: gl.constexpr, FMT: gl.constexpr):
+            STAGES: gl.constexpr, FMT: gl.constexpr, PDL: gl.constexpr = False):
     """One warp: K tile kk into slot (kk - k_lo) % STAGES once its consumer released it (a
     fresh "empty" barrier passes the first round: parity 1); BLOCK_M 256: the tile of both
-    64-row blocks, the second's weight operands in slot STAGES + that."""
+    64-row blocks, the second's weight operands in slot STAGES + that. PDL: the first round's
+    weight copies, then the wait for the activation QDQ (grid_dependency), then their x."""
+    XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
+    first = k_lo
+    if PDL:  # the first round (fresh slots: no "empty" wait), weights before the wait
+        first = gl.minimum(k_lo + STAGES, k_hi)
+        for kk in range(k_lo, first):
+            _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, kk - k_lo,
+                          tile0, block_tiles, kk, XB, BLOCK_M, BLOCK_K, STAGES, FMT)
+        grid_wait()
+        for kk in range(k_lo, first):
+            _tma_load(x_desc, [row0, kk * BLOCK_K], full.index(kk - k_lo),
+                      x_smem.index(kk - k_lo))
+    for kk in range(first, k_hi):
+        i = kk - k_lo
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s, tile0,
+                      block_tiles, kk, XB, BLOCK_M, BLOCK_K, STAGES, FMT)
+        _tma_load(x_desc, [row0, kk * BLOCK_K], full.index(s), x_smem.index(s))
+
+
+@gluon.jit
+def _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s, tile0, block_tiles,
+                  kk, XB: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+                  STAGES: gl.constexpr, FMT: gl.constexpr):
+    """K tile kk's weight copies into slot s, its barrier told the tile's bytes (x's too: XB)."""
     WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     WR: gl.constexpr = 8 * BLOCK_K // _ROW  # rows of a tile's words in their flat view
     BR: gl.constexpr = WR if FMT == 3 else WR // 2
     SR: gl.constexpr = 2 * BLOCK_K // _ROW
-    XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
     WB: gl.constexpr = ((WR + BR) * 4 if FMT else WR * 4) * _ROW + SR * _ROW  # a block's bytes
-    for kk in range(k_lo, k_hi):
-        i = kk - k_lo
-        s = i % STAGES
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-        bar = full.index(s)
-        mbarrier.expect(bar, XB + WB * (2 if WIDE else 1))
-        for c in gl.static_range(2 if WIDE else 1):
-            t = tile0 + c * block_tiles + kk
-            slot = c * STAGES + s
-            if FMT:
-                _tma_load(b_desc, [t * BR, 0], bar, _as_box(b_smem.index(slot), gl.int32, BR,
-                                                            W_FLAT))
-            _tma_load(w_desc, [t * WR, 0], bar, _as_box(w_smem.index(slot), gl.int32, WR,
+    bar = full.index(s)
+    mbarrier.expect(bar, XB + WB * (2 if WIDE else 1))
+    for c in gl.static_range(2 if WIDE else 1):
+        t = tile0 + c * block_tiles + kk
+        slot = c * STAGES + s
+        if FMT:
+            _tma_load(b_desc, [t * BR, 0], bar, _as_box(b_smem.index(slot), gl.int32, BR,
                                                         W_FLAT))
-            _tma_load(s_desc, [t * SR, 0], bar, _as_box(s_smem.index(slot), gl.uint8, SR,
-                                                        S_FLAT))
-        _tma_load(x_desc, [row0, kk * BLOCK_K], bar, x_smem.index(s))
+        _tma_load(w_desc, [t * WR, 0], bar, _as_box(w_smem.index(slot), gl.int32, WR,
+                                                    W_FLAT))
+        _tma_load(s_desc, [t * SR, 0], bar, _as_box(s_smem.index(slot), gl.uint8, SR,
+                                                    S_FLAT))
 
 
 @gluon.jit

@@ -24,6 +24,7 @@ import triton.language as tl
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
 from kernels.triton import launcher
+from kernels.triton.grid_dependency import pdl_here, release_dependents
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
     load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_blocks,
@@ -107,10 +108,13 @@ def _qdq_kernel(x_ptr, out_ptr, R, K, stride_x, stride_o, IN_KIND: tl.constexpr,
                 MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
                 BITS: tl.constexpr, IS_INT: tl.constexpr, SPECIALS: tl.constexpr,
                 ROUNDING: tl.constexpr, HW_CAST: tl.constexpr, BLOCK_R: tl.constexpr,
-                BLOCK_K: tl.constexpr):
+                BLOCK_K: tl.constexpr, TRIGGER: tl.constexpr = False):
+    """TRIGGER: let a GEMM launched programmatically after it start now (grid_dependency)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
+    if TRIGGER:
+        release_dependents()
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
@@ -314,7 +318,7 @@ class QdqPlan:
         consts = format_constexprs(fmt)
         consts.update(IN_KIND=KIND_OF_DTYPE[dtype],
                       ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
-                      HW_CAST=not _INTERPRETED, **self.tile)
+                      HW_CAST=not _INTERPRETED, TRIGGER=pdl_here(_INTERPRETED), **self.tile)
         names = _qdq_kernel.arg_names
         self.tail = tuple(consts[name] for name in names[names.index("IN_KIND"):])
         self.key = launcher.intern((self.tail, k, k % 16 == 0))

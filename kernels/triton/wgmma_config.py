@@ -14,7 +14,7 @@ from torch import Tensor
 
 from kernels.reference.packing import unpack_codes
 from kernels.spec.formats import get_format
-from kernels.triton import launcher
+from kernels.triton import grid_dependency, launcher
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import ALIGN, CHUNK_K, WGMMA_WARPS, wgmma_layout
 from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
@@ -111,6 +111,7 @@ class WgmmaPlan:
     fast: dict = field(default_factory=dict, compare=False)  # (stream, M tiles) -> Bound
     descs: tuple = ()  # ws: TMA descriptors of words, B words, scale bytes (ws_descriptors)
     device: Optional[int] = None  # the weight's CUDA device index (a torch.device a call: ~1 us)
+    pdl: bool = False  # launched programmatically after its activation QDQ (grid_dependency)
 
 
 FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3")  # by the kernel's FMT
@@ -163,15 +164,17 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
     words, sbytes, bwords = layout
+    pdl = bool(act) and not cfg.fuse_act and grid_dependency.pdl_here(False)  # QDQ launched first
     act = act if cfg.fuse_act else ()
-    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act))
+    key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act,
+                           pdl))
     descs = ()
     if cfg.ws:  # (the Gluon module only where a ws config is planned)
         from kernels.triton.linear_wgmma_ws import ws_descriptors
         descs = ws_descriptors(cached, ("wgmma_ws", cfg.block_k), words, bwords, sbytes,
                                cfg.block_k)
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
-                     FORMATS.index(fmt), act, device=words.device.index, descs=descs)
+                     FORMATS.index(fmt), act, device=words.device.index, descs=descs, pdl=pdl)
 
 
 def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:

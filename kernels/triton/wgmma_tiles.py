@@ -41,6 +41,14 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared 
 
 
 @gluon.jit
+def grid_wait():
+    """Wait until the grids this one depends on have finished and their writes are visible:
+    a kernel launched programmatically (grid_dependency) runs it before any global access."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
 def store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, dest_ptr, rw_ptr,
               HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr):
     """Dense: acc (+ bias) as bf16 to out[row0 + col, orow]. Grouped (MoE): acc * the row's
@@ -146,10 +154,23 @@ def copy_tile(w_buf, b_buf, s_buf, x_buf, w_src, b_src, s_src, x_src, xmask, xc,
     cp.async (one group); the x tile by cp.async too (x_src: the tile's pointers, xmask / xc
     its rows / columns), or (X_TMA) by one TMA copy of x_src, a descriptor of x, at (row0,
     t * BLOCK_K), completing on x_bar (rows past M and columns past K zero-filled)."""
+    copy_weight_tile(w_buf, b_buf, s_buf, w_src, b_src, s_src, FMT)
+    copy_x_tile(x_buf, x_src, xmask, xc, x_bar, t, K, row0, BLOCK_K, K_TAIL, X_TMA)
+
+
+@gluon.jit
+def copy_weight_tile(w_buf, b_buf, s_buf, w_src, b_src, s_src, FMT: gl.constexpr):
+    """copy_tile's weight copies (cp.async, not committed: the x copy's group takes them)."""
     _async_load(w_buf, w_src)
     if FMT:
         _async_load(b_buf, b_src)
     _async_load(s_buf, s_src)
+
+
+@gluon.jit
+def copy_x_tile(x_buf, x_src, xmask, xc, x_bar, t, K, row0, BLOCK_K: gl.constexpr,
+                K_TAIL: gl.constexpr, X_TMA: gl.constexpr):
+    """copy_tile's x copy, then the commit of the thread's cp.async group."""
     if X_TMA:
         mbarrier.expect(x_bar, x_src.block_type.nbytes)
         _tma_load(x_src, [row0, t * BLOCK_K], x_bar, x_buf)
@@ -221,6 +242,6 @@ def copyable_rows(x2d: Tensor) -> Tensor:
     return x2d
 
 
-__all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copyable_rows",
+__all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copy_weight_tile", "copy_x_tile", "copyable_rows", "grid_wait",
            "cta_barrier", "expert_rows", "finish_tile", "layout_chunks", "qdq_x_tile",
            "store_out", "weight_ring", "x_descriptor", "x_mask"]

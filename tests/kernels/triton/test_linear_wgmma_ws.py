@@ -253,7 +253,7 @@ for c in json.loads(sys.stdin.read()):
     consts = dict(HAS_BIAS=c["HAS_BIAS"], SPLIT=c["SPLIT"], BLOCK_M=c["BLOCK_M"],
                   BLOCK_K=c["BLOCK_K"], STAGES=c["STAGES"], WARPS=4, K_TAIL=False,
                   GROUPED=c.get("GROUPED", False), FMT=c["FMT"], ACT=(), SUB_K=1, REP=1,
-                  X_TMA=True)
+                  X_TMA=True, PDL=False)
     wr = 8 * c["BLOCK_K"] // 256
     br = wr if c["FMT"] in (0, 3) else wr // 2
     w_flat, s_flat = ws.W_FLAT.value, ws.S_FLAT.value

@@ -94,7 +94,7 @@ print(json.dumps(found))
 def compile_consts(case: dict) -> dict:
     """A compile case's constexprs (the defaults, the case, ACT's facts from its key name)."""
     consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0,
-                     SUB_K=1, REP=1, X_TMA=False), **case}
+                     SUB_K=1, REP=1, X_TMA=False, PDL=False), **case}
     fmt, _, rounding = case.get("ACT", "").partition(":")
     consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
     assert bool(consts["ACT"]) == bool(fmt)

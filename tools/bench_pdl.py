@@ -1,0 +1,88 @@
+"""W4A4 against W4A16 on the wgmma path with programmatic dependent launch off and on
+(kernels/triton/grid_dependency.py), on a GPU machine; issue 14: W4A4 within 10 % of W4A16.
+
+    python tools/bench_pdl.py [--shapes 8192x8192,...] [--ms 1,16,64,1024] [--act mxfp4]
+
+Per (shape, M): graph and eager (L2 flushed) µs of W4A16, of W4A4 with the gate off (the QDQ,
+then the GEMM launched as any kernel) and on (the GEMM launched programmatically), the W4A4 /
+W4A16 time ratio of each, and whether gate on gave gate off's bits (it must: the same kernels).
+Fresh plans a gate setting (plans read it when built). The gate is opened here, in this process
+only; main switches it on after the GPU tests pass (tests/kernels/triton/test_grid_dependency.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.base import load_kernel  # noqa: E402
+from kernels.spec.contract import QuantKey, SchemeContract  # noqa: E402
+from kernels.triton import grid_dependency  # noqa: E402
+from kernels.triton.linear_emulation import fused_linear  # noqa: E402
+from registry.machine.timing import _copies_needed, graph_ms, median_ms  # noqa: E402
+
+
+def layers(w: torch.Tensor, act: str | None, copies: int) -> list:
+    """`copies` prepared copies of the bf16 weight, rolled (graph replays cycle through them:
+    HBM reads, as in a model)."""
+    kernel = load_kernel("triton-emulation")
+    contract = SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
+                              activation=None if act is None else
+                              QuantKey.mx(act, rounding="even", static=False))
+    return [kernel.prepare(w.roll(i, 0), contract) for i in range(copies)]
+
+
+def timed(prepared: list, x: torch.Tensor) -> tuple[float, float, torch.Tensor]:
+    """(graph µs, eager µs, the first copy's output) of one call."""
+    out = fused_linear(x, prepared[0])
+    graph = graph_ms(lambda: [fused_linear(x, p) for p in prepared], "cuda") / len(prepared)
+    eager = median_ms(lambda: fused_linear(x, prepared[0]), "cuda")
+    return graph * 1e3, eager * 1e3, out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="8192x8192,28672x8192,8192x28672")
+    p.add_argument("--ms", default="1,16,64,1024")
+    p.add_argument("--act", default="mxfp4", help="the activation format of the W*A* side")
+    p.add_argument("--out", help="write the rows as JSON here")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_pdl: needs a CUDA GPU (programmatic dependent launch is sm_90's)")
+    rows = []
+    print(f"{'N x K':>12} {'M':>5} | {'W4A16':>13} | {'W4A4 PDL off':>20} | "
+          f"{'W4A4 PDL on':>20} | bits")
+    for shape in args.shapes.split(","):
+        n, k = map(int, shape.split("x"))
+        gen = torch.Generator(device="cuda").manual_seed(n + k)
+        w = torch.randn(n, k, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.05
+        copies = _copies_needed(n * k // 2, "cuda")
+        base = layers(w, None, copies)
+        grid_dependency.PDL_VERIFIED = False
+        off = layers(w, args.act, copies)
+        grid_dependency.PDL_VERIFIED = True
+        on = layers(w, args.act, copies)
+        grid_dependency.PDL_VERIFIED = False
+        for m in map(int, args.ms.split(",")):
+            x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            g16, e16, _ = timed(base, x)
+            goff, eoff, want = timed(off, x)
+            gon, eon, got = timed(on, x)
+            same = torch.equal(got.view(torch.int16), want.view(torch.int16))
+            rows.append(dict(n=n, k=k, m=m, w4a16=(g16, e16), off=(goff, eoff), on=(gon, eon),
+                             same_bits=same))
+            print(f"{shape:>12} {m:>5} | {g16:6.1f} {e16:6.1f} | {goff:6.1f} {eoff:6.1f} "
+                  f"{goff / g16:5.2f}x | {gon:6.1f} {eon:6.1f} {gon / g16:5.2f}x | "
+                  f"{'ok' if same else 'DIFFER'}")
+    print("cells: graph µs, eager µs, W4A4 graph / W4A16 graph")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
