@@ -6,15 +6,19 @@ past W4A16's one launch (H200, docs/benchmarks.md part 16; issue 14 asks for 10 
 kernel launch's latency: the GEMM's programs are only placed once the QDQ has finished. With
 PDL the QDQ lets its dependent launch as soon as each of its programs has started
 (`griddepcontrol.launch_dependents`), and the GEMM, launched with the programmatic attribute
-(Triton's `launch_pdl`), places its programs at once and waits (`griddepcontrol.wait`, first
-thing in the kernel, before any global access) until the QDQ grid has finished and its writes
-are visible: the GEMM's launch and set-up overlap the QDQ. Both instructions do nothing where
-the launch is not programmatic (PTX ISA), so the QDQ kernel triggers whatever follows it.
+(Triton's `launch_pdl`), places its programs at once, issues its first ring of weight copies
+and then waits (`griddepcontrol.wait`) until the QDQ grid has finished and its writes are
+visible, before its first x copy: the GEMM's launch, set-up and first weight tiles overlap the
+QDQ. Both instructions do nothing where the launch is not programmatic (PTX ISA), so the QDQ
+kernel releases whatever follows it.
 
-Safety: only the GEMM is launched programmatically; the QDQ waits, as any launch, for the
-stream's previous kernel (the layer before, which may still read the stream's scratch rows the
-QDQ writes: mx_quant.scratch). The GEMM touches no memory before its wait (its output, the
-split-K workspace and lock may be what the kernels before it still use).
+Safety: only the GEMM is launched programmatically, and only right after its own QDQ; the QDQ
+waits, as any launch, for the stream's previous kernel (the layer before, which may still read
+the stream's scratch rows the QDQ writes: mx_quant.scratch). So when the GEMM starts, the QDQ is
+the one kernel that may still run: it writes x's QDQ'd rows (read by the GEMM after its wait
+only) and reads the layer's input, which the GEMM never writes; the weights (read before the
+wait) no kernel writes. The one-partition kernel waits before any global access but those
+weight copies; the ws kernel's loader waits, its consumers only store results.
 
 PDL_VERIFIED gates it as linear_wgmma's gates do: written 2026-12-05 without a GPU (compiled
 for sm_90a offline: tests/kernels/triton/test_grid_dependency.py); switched on once that file's
