@@ -134,7 +134,8 @@ def check_bits(x: torch.Tensor, name: str, layout: str, rounding: str) -> list[s
 
 
 def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
-             copy_tbs: float, time_reference: bool, seed: int) -> tuple[list[dict], list[str]]:
+             copy_tbs: float, time_reference: bool, seed: int,
+             only: tuple = ("quantize", "dequantize", "qdq")) -> tuple[list[dict], list[str]]:
     fmt = FORMATS[name]
     r, k = shape
     gen = torch.Generator().manual_seed(seed)
@@ -170,6 +171,8 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
     }
     rows = []
     for kernel, (tri_fn, ref_fn, inputs, nbytes) in kernels.items():
+        if kernel not in only:
+            continue
         ms = median_ms(rotating(tri_fn, inputs), device)
         pack = tri.pack_code(fmt, layout)
         config = ("interpreter" if tri._INTERPRETED
@@ -195,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--no-reference-time", action="store_true",
                         help="skip timing the (slow) torch reference")
+    parser.add_argument("--kernels", default="quantize,dequantize,qdq",
+                        help="comma-separated kernels to time (default: all three)")
+    parser.add_argument("--persist", default=None, metavar="N,...",
+                        help="run every case once per value of mx_quant.GPU_PERSIST (quantize's "
+                             "persistent grid, programs an SM; 0: a program a tile), e.g. 0,4,8")
     args = parser.parse_args(argv)
     try:
         r, k = (int(v) for v in args.shape.lower().split("x"))
@@ -215,9 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---:|---:|---:|---:|---:|---|")
     results, problems = [], []
     roundings = tuple(r.strip() for r in args.roundings.split(",") if r.strip())
-    for i, (fmt_name, layout, rounding) in enumerate(cases(args.quick, roundings)):
+    only = tuple(n.strip() for n in args.kernels.split(",") if n.strip())
+    if not only or set(only) - {"quantize", "dequantize", "qdq"}:
+        parser.error(f"--kernels {args.kernels!r}: a comma-separated subset of quantize, "
+                     "dequantize, qdq")
+    try:
+        persists = [None] if args.persist is None else [int(v) for v in args.persist.split(",")]
+    except ValueError:
+        parser.error(f"--persist {args.persist!r}: comma-separated integers >= 0, e.g. 0,4,8")
+    if any(p is not None and p < 0 for p in persists):
+        parser.error(f"--persist {args.persist!r}: programs an SM must be >= 0")
+    runs = [(p, case) for case in cases(args.quick, roundings) for p in persists]
+    for i, (persist, (fmt_name, layout, rounding)) in enumerate(runs):
+        if persist is not None:
+            tri.GPU_PERSIST = persist
         rows, bad = run_case(fmt_name, layout, rounding, (r, k), device, copy_tbs,
-                             not args.no_reference_time, seed=i)
+                             not args.no_reference_time, seed=i, only=only)
         problems += bad
         results += rows
         for row in rows:

@@ -12,6 +12,9 @@
 #   4. W4A4 against W4A16 with programmatic dependent launch off and on (grid_dependency,
 #      gated PDL_VERIFIED: W4A4 was 14 / 18 % past W4A16 at M = 1 / 16 on 8192², target 10 %):
 #      tools/bench_pdl.py, bits checked equal; keep the gate on only where it wins.
+#   5. quantize's persistent grid (mx_quant.GPU_PERSIST: programs an SM loading their next tile
+#      before encoding this one; issue 16: >= 85 % of copy, packed mxfp4 / mxfp6 at 70 / 67 %):
+#      tools/bench_quant.py --persist 0,2,4,8, bits checked first; take the best value as data.
 # Earlier sweeps (ws at M = 1..128, MoE experts through ws and the wide tile, both wide tiles
 # against dequant-gemm, MXFP8 x MXFP8 ws): git history, docs/benchmarks.md parts 13-16. Each
 # step has its own time limit; JSON and logs go to $OUT.
@@ -36,3 +39,5 @@ step host "${HOST_S:-90}" python3 tools/host_profile.py --ms 256,1024
 step bench_fp8 "${BENCH_S:-90}" python3 -m registry bench w_mxfp8_e4m3 --m 1,16,1024 \
   --shapes 28672x8192,8192x28672 --quiet --out "$OUT/bench_fp8.json"
 step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --ms 1,16,64,1024 --out "$OUT/pdl.json"
+step quant_persist "${QUANT_S:-150}" python3 tools/bench_quant.py --kernels quantize \
+  --persist 0,2,4,8 --roundings even --no-reference-time --out "$OUT/quant_persist.json"

@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from kernels.triton import launcher, mx_quant
+from kernels.triton import launcher, qdq_plan
 from kernels.triton.wgmma_config import WgmmaPlan
 from kernels.triton.wgmma_tiles import XDesc
 
@@ -33,7 +33,7 @@ class HotCall:
     __slots__ = ("plan", "qdq", "m", "k", "tiles", "out_shape", "dtype", "device", "index",
                  "tma")
 
-    def __init__(self, plan: WgmmaPlan, qdq: Optional[mx_quant.QdqPlan], x: Tensor) -> None:
+    def __init__(self, plan: WgmmaPlan, qdq: Optional[qdq_plan.QdqPlan], x: Tensor) -> None:
         self.plan, self.qdq = plan, qdq
         self.k = plan.k
         self.m = x.numel() // plan.k
@@ -56,7 +56,7 @@ class HotCall:
         if self.qdq is not None:
             if torch.cuda.is_current_stream_capturing():
                 return None
-            src = mx_quant.scratch(stream, m, k, self.dtype, self.device)
+            src = qdq_plan.scratch(stream, m, k, self.dtype, self.device)
             if not self.qdq.launch_bound(x.data_ptr(), m, k, src, stream):
                 return None
         bound(stream, (XDesc.rows(src, m, k) if self.tma else src.data_ptr(), out.data_ptr(), m, k,
@@ -69,7 +69,7 @@ def remember(hot: dict, plan: WgmmaPlan, qdq: object, x: Tensor) -> None:
     be served by one: its plan has Bounds (a call after the first on a stream; the one of x's
     M tiles is looked up at the call), its QDQ (if any) is a QdqPlan, x is contiguous and
     whole rows of K."""
-    if plan.fast and (qdq is None or isinstance(qdq, mx_quant.QdqPlan)) and \
+    if plan.fast and (qdq is None or isinstance(qdq, qdq_plan.QdqPlan)) and \
             x.is_contiguous() and x.dim() >= 2 and x.shape[-1] == plan.k and x.numel():
         if len(hot) >= HOT_CALLS:
             hot.clear()

@@ -1,6 +1,6 @@
 """Programmatic dependent launch (PDL, sm_90) from a W*A* layer's activation QDQ to its GEMM.
 
-Why: on Hopper a W4A4 layer is two launches, the activation QDQ (mx_quant.QdqPlan) and then
+Why: on Hopper a W4A4 layer is two launches, the activation QDQ (qdq_plan.QdqPlan) and then
 the wgmma GEMM reading its rows. At M = 1 / 16 on 8192 x 8192 the pair ran 2.4-3.0 us (14-18 %)
 past W4A16's one launch (H200, docs/benchmarks.md part 16; issue 14 asks for 10 %), about a
 kernel launch's latency: the GEMM's programs are only placed once the QDQ has finished. With
@@ -14,7 +14,7 @@ kernel releases whatever follows it.
 
 Safety: only the GEMM is launched programmatically, and only right after its own QDQ; the QDQ
 waits, as any launch, for the stream's previous kernel (the layer before, which may still read
-the stream's scratch rows the QDQ writes: mx_quant.scratch). So when the GEMM starts, the QDQ is
+the stream's scratch rows the QDQ writes: qdq_plan.scratch). So when the GEMM starts, the QDQ is
 the one kernel that may still run: it writes x's QDQ'd rows (read by the GEMM after its wait
 only) and reads the layer's input, which the GEMM never writes; the weights (read before the
 wait) no kernel writes. The one-partition kernel waits before any global access but those

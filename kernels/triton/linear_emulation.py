@@ -33,7 +33,7 @@ from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
 from kernels.triton import (eager_path, fit, launcher, linear_configs, linear_decode, linear_gemv,
-                            linear_mma, linear_wgmma, mx_quant)
+                            linear_mma, linear_wgmma, mx_quant, qdq_plan)
 from kernels.triton.wgmma_tiles import act_facts
 from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
@@ -198,7 +198,7 @@ def _act_qdq(prepared: PreparedWeight, consts: dict, x: Tensor, k: int,
         return None
     key = prepared.contract.activation
     if key in MX_DYNAMIC_KEYS:  # its kernel, planned: no per-call checks
-        return mx_quant.QdqPlan(key.format, key.scale.rounding, x.dtype, k, keep_launches=True)
+        return qdq_plan.QdqPlan(key.format, key.scale.rounding, x.dtype, k, keep_launches=True)
     return functools.partial(activation_qdq(key, backend="triton-qdq"),
                              act_scale=prepared.act_scale)
 
@@ -266,7 +266,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     if plan.wgmma is not None:  # the stream looked up once for both launches
         stream = launcher.current_stream(plan.wgmma.device)
         if plan.qdq is not None:
-            x2d = plan.qdq.into_scratch(x2d, stream) if isinstance(plan.qdq, mx_quant.QdqPlan) \
+            x2d = plan.qdq.into_scratch(x2d, stream) if isinstance(plan.qdq, qdq_plan.QdqPlan) \
                 else plan.qdq(x2d)
         linear_wgmma.run_wgmma(plan.wgmma, x2d, out, bias32, stream)
         if default:

@@ -35,7 +35,7 @@ from kernels.reference.packing import unpack_codes
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.spec.contract import QuantKey
 from kernels.spec.formats import get_format
-from kernels.triton import launcher, linear_configs, linear_wgmma, mx_quant
+from kernels.triton import launcher, linear_configs, linear_wgmma, qdq_plan
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import ALIGN
 from kernels.triton.fp6_words import scale_fits
@@ -127,7 +127,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     words, sbytes, bwords, stride_we, stride_se = layout
     if activation is not None:  # row-wise QDQ: the same bits before or after the gather (once
         # for the T token rows: a config's fuse_act is for dense layers)
-        x = mx_quant.QdqPlan(activation.format, activation.scale.rounding, x.dtype, k)(x)
+        x = qdq_plan.QdqPlan(activation.format, activation.scale.rounding, x.dtype, k)(x)
     src, rw_sorted, dest, slots, grp = sort_rows(topk_ids, topk_weights, num_experts,
                                                  cfg.block_m)
     x_sorted = x.index_select(0, src)

@@ -10,12 +10,10 @@ adds (codec helpers in mx_codec.py), then (quantize) packing per kernels.spec.fo
   chunk, one contiguous store per tile (fp6_store.py: 16-byte vector stores).
 GPU tiles, measured on the H200: `gpu_tile`; under TRITON_INTERPRET=1 one small fixed tile
 keeps the CPU tests fast.
-The host-side `bits_view` and `pack_code` are public here.
+The host-side `bits_view` and `pack_code` are public here; the activation QDQ's launch side
+(plans, the stream's scratch rows) is qdq_plan.py.
 """
 from __future__ import annotations
-
-import threading
-from typing import Optional
 
 import torch
 import triton
@@ -24,7 +22,7 @@ import triton.language as tl
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
 from kernels.triton import launcher
-from kernels.triton.grid_dependency import pdl_here, release_dependents
+from kernels.triton.grid_dependency import release_dependents
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
     load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_blocks,
@@ -40,16 +38,50 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      EMAX: tl.constexpr, MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr,
                      MAXN_SUB: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                      SPECIALS: tl.constexpr, ROUNDING: tl.constexpr, PACK: tl.constexpr,
-                     ROW16B: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                     ROW16B: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+                     PERSIST: tl.constexpr = False):
     """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
-    which Triton's own specialization (multiples of 16) misses when K % 256 != 0."""
+    which Triton's own specialization (multiples of 16) misses when K % 256 != 0. PERSIST: a
+    1-D grid of fewer programs, each taking tiles t, t + programs, ... (row-major over the
+    [R / BLOCK_R, K / BLOCK_K] tiles) and loading its next tile before it encodes this one, so
+    that a tile's loads are in flight while the last one is computed (part 12 of
+    docs/benchmarks.md: the kernel is bound by its per-element work with its latency)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
-    pid_r = tl.program_id(0)
-    pid_k = tl.program_id(1)
+    if PERSIST:
+        nk = tl.cdiv(K, BLOCK_K)
+        step = tl.num_programs(0)
+        first = tl.program_id(0)
+        x, rows = tile_blocks(x_ptr, stride_x, R, K, first // nk, first % nk, BLOCK_R, BLOCK_K,
+                              IN_KIND)
+        for t in range(tl.program_id(0), tl.cdiv(R, BLOCK_R) * nk, step):
+            nxt = t + step  # (past the last tile: rows past R, every lane masked off)
+            x_next, rows_next = tile_blocks(x_ptr, stride_x, R, K, nxt // nk, nxt % nk,
+                                            BLOCK_R, BLOCK_K, IN_KIND)
+            _quantize_tile(x, rows, t % nk, data_ptr, scale_ptr, R, K, stride_d, stride_s,
+                           MBITS, BIAS, EMAX, MAX_NORMAL, MAXN_MANT, MAXN_SUB, BITS, IS_INT,
+                           ROUNDING, PACK, ROW16B, BLOCK_R, BLOCK_K)
+            x, rows = x_next, rows_next
+    else:
+        pid_k = tl.program_id(1)
+        x, rows = tile_blocks(x_ptr, stride_x, R, K, tl.program_id(0), pid_k, BLOCK_R, BLOCK_K,
+                              IN_KIND)
+        _quantize_tile(x, rows, pid_k, data_ptr, scale_ptr, R, K, stride_d, stride_s, MBITS,
+                       BIAS, EMAX, MAX_NORMAL, MAXN_MANT, MAXN_SUB, BITS, IS_INT, ROUNDING, PACK,
+                       ROW16B, BLOCK_R, BLOCK_K)
+
+
+@triton.jit
+def _quantize_tile(x, rows, pid_k, data_ptr, scale_ptr, R, K, stride_d, stride_s,
+                   MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
+                   MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
+                   BITS: tl.constexpr, IS_INT: tl.constexpr, ROUNDING: tl.constexpr,
+                   PACK: tl.constexpr, ROW16B: tl.constexpr, BLOCK_R: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+    """One loaded tile (fp32 blocks [BLOCK_R, NB, 32] of rows `rows`, K tile pid_k) encoded
+    and stored: codes in the layout PACK, one scale byte a block."""
     NB: tl.constexpr = BLOCK_K // 32
-    x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
     v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
     codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
     codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
@@ -137,6 +169,11 @@ INTERPRETER_TILE = {"BLOCK_R": 16, "BLOCK_K": 64}
 # multiple of 64 keeps fp4 bytes and fp6 words whole; tails are masked.
 GPU_TILE = {"BLOCK_R": 16, "BLOCK_K": 256}
 GPU_WARPS = 4
+# quantize's persistent grid (`_quantize_kernel` PERSIST): programs an SM, each loading its next
+# tile before it encodes this one; 0: a program a tile (what was measured, docs/benchmarks.md
+# part 12). Written 2026-12-05 without a GPU (bits: the interpreter tests); switched on only
+# where tools/bench_quant.py --persist shows it nearer the copy bandwidth.
+GPU_PERSIST = 0
 
 
 def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
@@ -144,8 +181,9 @@ def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
     if kernel not in ("quantize", "dequantize", "qdq"):
         raise ValueError(f"{_WHERE}.gpu_tile: unknown kernel {kernel!r}")
     if kernel == "quantize" and pack == 2:  # H200 2026-12-03: 66.2 against 68.7 us (8192^2)
-        return {"BLOCK_R": 2 * GPU_TILE["BLOCK_R"], "BLOCK_K": GPU_TILE["BLOCK_K"]}
-    return dict(GPU_TILE)
+        return {"BLOCK_R": 2 * GPU_TILE["BLOCK_R"], "BLOCK_K": GPU_TILE["BLOCK_K"],
+                "PERSIST": GPU_PERSIST}
+    return dict(GPU_TILE, PERSIST=GPU_PERSIST) if kernel == "quantize" else dict(GPU_TILE)
 
 
 def _tile(kernel: str, pack: int) -> dict[str, int]:
@@ -154,6 +192,17 @@ def _tile(kernel: str, pack: int) -> dict[str, int]:
 
 
 _KERNELS = {_quantize_kernel: "quantize", _dequantize_kernel: "dequantize"}  # (else qdq)
+_SMS: dict = {}
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (cached); 1 elsewhere (the interpreter)."""
+    if device.type != "cuda":
+        return 1
+    found = _SMS.get(device.index)
+    if found is None:
+        found = _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return found
 
 
 def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
@@ -162,6 +211,8 @@ def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -
     extra = {} if _INTERPRETED else {"num_warps": GPU_WARPS}
     grid = (launcher.cdiv(r, tile["BLOCK_R"]), launcher.cdiv(k, tile["BLOCK_K"]))
     named = dict(consts, **tile)
+    if named.setdefault("PERSIST", 0):  # (quantize) a 1-D grid of PERSIST programs an SM
+        grid = (min(grid[0] * grid[1], named["PERSIST"] * sm_count(ptrs[0].device)), 1)
     head = (*ptrs, r, k, *strides)
     args = head + tuple(named[name] for name in kernel.arg_names[len(head):])
     launcher.launch_auto(kernel, grid, args, num_warps=extra.get("num_warps", 4))
@@ -304,110 +355,10 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
     return out
 
 
-class QdqPlan:
-    """`qdq` for one (format, rounding, x dtype, K) with its checks and constants done once: a
-    call is an output allocation and one direct launch (the linear kernels' activation QDQ,
-    where the host time of a call is the budget). With `keep_launches` (a plan that lives as
-    long as its layer), a call after the first with the same rows and row stride on a stream
-    launches through a `launcher.Bound` (x and out the only arguments that change)."""
-
-    def __init__(self, fmt: ElemFormat | str, rounding: str, dtype: torch.dtype, k: int,
-                 keep_launches: bool = False):
-        fmt = _format(fmt)
-        self.tile = _tile("qdq", 0)
-        consts = format_constexprs(fmt)
-        consts.update(IN_KIND=KIND_OF_DTYPE[dtype],
-                      ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
-                      HW_CAST=not _INTERPRETED, TRIGGER=pdl_here(_INTERPRETED), **self.tile)
-        names = _qdq_kernel.arg_names
-        self.tail = tuple(consts[name] for name in names[names.index("IN_KIND"):])
-        self.key = launcher.intern((self.tail, k, k % 16 == 0))
-        self.fast: Optional[dict] = {} if keep_launches and not _INTERPRETED else None
-
-    def __call__(self, x2d: torch.Tensor) -> torch.Tensor:
-        """x2d [R, K] (unit stride along K, the plan's dtype: the caller checked) -> QDQ(x2d)."""
-        r, k = x2d.shape
-        out = torch.empty((r, k), dtype=x2d.dtype, device=x2d.device)
-        if r and k:
-            self._into(x2d, out, None if self.fast is None else
-                       launcher.current_stream(x2d.get_device()))
-        return out
-
-    def into_scratch(self, x2d: torch.Tensor, stream: object) -> torch.Tensor:
-        """QDQ(x2d) written into `stream`'s scratch rows (`scratch`), for a caller whose next
-        kernel on that stream reads it and nothing later (a linear layer's activation): one
-        allocation less a call. Where there is no such stream (None: launch hooks set, another
-        device) or a CUDA graph is being captured, a fresh tensor as `__call__`."""
-        r, k = x2d.shape
-        if stream is None or self.fast is None or not (r and k) or \
-                torch.cuda.is_current_stream_capturing():
-            return self(x2d)
-        out = scratch(stream, r, k, x2d.dtype, x2d.device)
-        self._into(x2d, out, stream)
-        return out
-
-    def _into(self, x2d: torch.Tensor, out: torch.Tensor, stream: object) -> None:
-        """One launch: QDQ(x2d) into out (dense rows, x2d's shape); through the plan's `Bound`
-        for (stream, rows, row stride) after the first."""
-        r, k = x2d.shape
-        sx = x2d.stride(0)
-        fkey = None
-        if stream is not None and x2d.data_ptr() % 16 == 0:
-            if self.launch_bound(x2d.data_ptr(), r, sx, out, stream):
-                return
-            fkey = (stream, r, sx)
-        grid = (-(-r // self.tile["BLOCK_R"]), -(-k // self.tile["BLOCK_K"]))
-        xb, ob = bits_view(x2d), bits_view(out)
-        args = (xb, ob, r, k, sx, k) + self.tail
-        compiled = launcher.launch(_qdq_kernel, (self.key, launcher.aligned(xb), r == 1,
-                                                 r % 16 == 0, sx == 1, sx % 16 == 0), grid,
-                                   args, num_warps=GPU_WARPS, num_stages=3)
-        if fkey is not None and compiled is not None:
-            self.fast[fkey] = launcher.Bound(compiled, grid, args, (0, 1))
-
-    def launch_bound(self, xptr: int, r: int, sx: int, out: torch.Tensor, stream: object) -> bool:
-        """QDQ of the r rows at xptr (16-byte aligned, row stride sx) into out through the
-        plan's Bound for (stream, r, sx); False where there is none yet (nothing launched)."""
-        bound = self.fast.get((stream, r, sx)) if self.fast is not None else None
-        if bound is None:
-            return False
-        bound(stream, (xptr, out.data_ptr()))
-        return True
-
-
-# A stream's scratch rows, a host thread's own: (flat buffer, {(rows, K, dtype): its [rows, K]
-# view}). Kernels of one stream run in order, so a buffer that one kernel writes and the next
-# reads serves every layer one thread runs on the stream; grown (the views rebuilt), never
-# shared across streams or threads: two threads on one stream interleave their launches (A's
-# QDQ, B's QDQ, A's GEMM, B's GEMM), and one buffer would hand A's GEMM B's rows (H200,
-# 2026-12-03: tests/kernels/test_concurrency.py caught it). Thread-local, so a finished
-# thread's buffers go with it (freed in its stream's order by the caching allocator).
-_SCRATCH = threading.local()
-
-
-def scratch(stream: object, r: int, k: int, dtype: torch.dtype,
-            device: torch.device) -> torch.Tensor:
-    """[r, k] rows of `dtype` in this thread's scratch of `stream` on `device` (contents
-    undefined): the same memory on every call of the thread on the stream, so it holds only
-    until the thread's next use of the stream."""
-    mine = getattr(_SCRATCH, "held", None)
-    if mine is None:
-        mine = _SCRATCH.held = {}
-    key = (device, stream)
-    held = mine.get(key)
-    view = None if held is None else held[1].get((r, k, dtype))
-    if view is not None:
-        return view
-    need = r * k * dtype.itemsize
-    if held is None or held[0].numel() < need:
-        held = mine[key] = (torch.empty(max(need, 1 << 16), dtype=torch.uint8,
-                                        device=device), {})
-    view = held[1][(r, k, dtype)] = held[0][:need].view(dtype).view(r, k)
-    return view
-
-
 def qdq(x2d: torch.Tensor, fmt: ElemFormat, rounding: str) -> torch.Tensor:
     """dequantize(*quantize(x2d, fmt, rounding), out_dtype=x2d.dtype), bit for bit, in one
-    fused kernel (codes never reach memory)."""
+    fused kernel (codes never reach memory): a qdq_plan.QdqPlan built for the call."""
+    from kernels.triton.qdq_plan import QdqPlan  # (it builds on this module)
+
     x = _check_input(x2d, "qdq")
     return QdqPlan(fmt, rounding, x.dtype, x.shape[1])(x)

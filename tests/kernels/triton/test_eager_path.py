@@ -13,7 +13,7 @@ from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import launcher as launcher_mod
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
-from kernels.triton import mx_quant
+from kernels.triton import mx_quant, qdq_plan
 from kernels.triton.linear_emulation import fused_linear
 from kernels.triton.wgmma_tiles import XDesc
 from support.mx_weights import fp4_weight
@@ -137,7 +137,7 @@ def test_w4a4_launches_its_qdq_into_the_scratch_then_the_gemm_on_it(
     launches = len(bound)
     out = fused_linear(x, prepared)
     assert len(runs) == 1 and len(bound) == launches + 2, "QDQ and GEMM, both Bounds"
-    rows = mx_quant.scratch(5, 3, k, torch.bfloat16, x.device)
+    rows = qdq_plan.scratch(5, 3, k, torch.bfloat16, x.device)
     qdq_args, gemm = list(bound[-2].values()), bound[-1]
     assert qdq_args[:2] == [x.data_ptr(), rows.data_ptr()]
     desc = gemm["x_ptr"]
@@ -156,11 +156,11 @@ def test_each_thread_has_its_own_scratch_rows_on_a_stream() -> None:
     import threading
 
     k = 256
-    mine = mx_quant.scratch(7, 4, k, torch.bfloat16, torch.device("cpu"))
-    assert mx_quant.scratch(7, 4, k, torch.bfloat16, torch.device("cpu")) is mine
+    mine = qdq_plan.scratch(7, 4, k, torch.bfloat16, torch.device("cpu"))
+    assert qdq_plan.scratch(7, 4, k, torch.bfloat16, torch.device("cpu")) is mine
     theirs: list = []
     t = threading.Thread(target=lambda: theirs.extend(
-        mx_quant.scratch(7, 4, k, torch.bfloat16, torch.device("cpu")) for _ in range(2)))
+        qdq_plan.scratch(7, 4, k, torch.bfloat16, torch.device("cpu")) for _ in range(2)))
     t.start()
     t.join()
     assert theirs[0] is theirs[1]

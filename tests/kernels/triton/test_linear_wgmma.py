@@ -105,11 +105,11 @@ def test_wgmma_replays_in_a_cuda_graph() -> None:
 
 @gpu
 def test_w4a4_layers_share_the_streams_qdq_scratch() -> None:
-    """W4A4 on wgmma QDQs x into the stream's scratch rows (mx_quant.scratch: one allocation
+    """W4A4 on wgmma QDQs x into the stream's scratch rows (qdq_plan.scratch: one allocation
     less a call): two layers called in turn on one stream give, each call, the bits of their
     own first call and the reference's values; a CUDA graph captured of the first (its QDQ in
     the graph's pool) replays them after the other layer has used the scratch."""
-    from kernels.triton import mx_quant
+    from kernels.triton import qdq_plan
 
     gen = torch.Generator().manual_seed(12)
     akey = key("mxfp4", static=False)
@@ -124,7 +124,7 @@ def test_w4a4_layers_share_the_streams_qdq_scratch() -> None:
         for x, p, want in zip(xs, layers, first):
             assert same_values(fused_linear(x, p), want)
     stream = launcher_mod.current_stream(torch.cuda.current_device())
-    held = mx_quant._SCRATCH.held[(xs[0].device, stream)]
+    held = qdq_plan._SCRATCH.held[(xs[0].device, stream)]
     assert (9, 1024, torch.bfloat16) in held[1], "the QDQ'd rows were the stream's scratch"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

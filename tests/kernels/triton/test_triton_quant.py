@@ -18,6 +18,7 @@ from kernels.reference import mx as ref
 from kernels.reference.packing import pack_codes
 from kernels.spec.formats import FORMATS, ROUNDINGS, ElemFormat, bytes_per_row
 from kernels.triton import mx_quant as _tri
+from kernels.triton import qdq_plan as _qdq
 
 from support.device import DEVICE
 
@@ -275,7 +276,7 @@ def test_a_kept_qdq_plan_launches_later_calls_with_the_first_calls_arguments(
     monkeypatch.setattr(_tri, "_INTERPRETED", False)
     monkeypatch.setattr(launcher, "launch", record)
     monkeypatch.setattr(launcher, "current_stream", lambda device: streams["now"])
-    plan = _tri.QdqPlan("mxfp4", "even", torch.bfloat16, 256, keep_launches=True)
+    plan = _qdq.QdqPlan("mxfp4", "even", torch.bfloat16, 256, keep_launches=True)
     plan(torch.zeros(5, 256, dtype=torch.bfloat16))
     first = general[-1]
     x = torch.ones(5, 256, dtype=torch.bfloat16)
@@ -286,23 +287,23 @@ def test_a_kept_qdq_plan_launches_later_calls_with_the_first_calls_arguments(
     streams["now"] = None
     plan(torch.zeros(5, 256, dtype=torch.bfloat16))
     assert len(general) == 4 and len(bound) == 1
-    assert _tri.QdqPlan("mxfp4", "even", torch.bfloat16, 256).fast is None  # qdq(): not kept
+    assert _qdq.QdqPlan("mxfp4", "even", torch.bfloat16, 256).fast is None  # qdq(): not kept
 
 
 def test_a_streams_scratch_rows_are_one_memory_grown_as_needed() -> None:
     """`scratch`: the same [rows, K] view for the same (stream, rows, K, dtype); other rows of
     the stream in the same memory; a larger need regrows it; another stream its own memory."""
     cpu = torch.device("cpu")
-    a = _tri.scratch("s1", 4, 64, torch.bfloat16, cpu)
+    a = _qdq.scratch("s1", 4, 64, torch.bfloat16, cpu)
     assert a.shape == (4, 64) and a.dtype == torch.bfloat16 and a.is_contiguous()
-    assert _tri.scratch("s1", 4, 64, torch.bfloat16, cpu) is a
-    b = _tri.scratch("s1", 2, 64, torch.float32, cpu)
+    assert _qdq.scratch("s1", 4, 64, torch.bfloat16, cpu) is a
+    b = _qdq.scratch("s1", 2, 64, torch.float32, cpu)
     assert b.data_ptr() == a.data_ptr() and b.shape == (2, 64)
-    other = _tri.scratch("s2", 4, 64, torch.bfloat16, cpu)
+    other = _qdq.scratch("s2", 4, 64, torch.bfloat16, cpu)
     assert other.data_ptr() != a.data_ptr()
-    big = _tri.scratch("s1", 1024, 128, torch.bfloat16, cpu)  # past 64 KiB: regrown
+    big = _qdq.scratch("s1", 1024, 128, torch.bfloat16, cpu)  # past 64 KiB: regrown
     assert big.shape == (1024, 128) and big.data_ptr() != a.data_ptr()
-    again = _tri.scratch("s1", 4, 64, torch.bfloat16, cpu)
+    again = _qdq.scratch("s1", 4, 64, torch.bfloat16, cpu)
     assert again.data_ptr() == big.data_ptr()  # views rebuilt on the new memory
 
 
@@ -322,11 +323,11 @@ def test_qdq_into_scratch_writes_the_streams_rows_and_else_a_fresh_tensor(
     gen = torch.Generator().manual_seed(11)
     x = torch.randn(3, 256, generator=gen).to(torch.bfloat16).to(dev)
     y = torch.randn(3, 256, generator=gen).to(torch.bfloat16).to(dev)
-    plan = _tri.QdqPlan("mxfp4", "even", torch.bfloat16, 256, keep_launches=True)
+    plan = _qdq.QdqPlan("mxfp4", "even", torch.bfloat16, 256, keep_launches=True)
     plan.fast = {}  # kept (the interpreter keeps none; its launches give no Bound)
     got = plan.into_scratch(x, stream)
     assert torch.equal(got.view(torch.int16), _tri.qdq(x, "mxfp4", "even").view(torch.int16))
-    assert got.data_ptr() == _tri.scratch(stream, 3, 256, torch.bfloat16, x.device).data_ptr()
+    assert got.data_ptr() == _qdq.scratch(stream, 3, 256, torch.bfloat16, x.device).data_ptr()
     later = plan.into_scratch(y, stream)
     assert later.data_ptr() == got.data_ptr()
     assert torch.equal(later.view(torch.int16), _tri.qdq(y, "mxfp4", "even").view(torch.int16))
@@ -336,3 +337,37 @@ def test_qdq_into_scratch_writes_the_streams_rows_and_else_a_fresh_tensor(
         fresh = plan.into_scratch(x, on)
         assert fresh.data_ptr() != got.data_ptr(), (on, capture, kept)
         assert torch.equal(fresh.view(torch.int16), _tri.qdq(x, "mxfp4", "even").view(torch.int16))
+
+
+@pytest.mark.parametrize("persist", (1, 3))
+@pytest.mark.parametrize("name,layout", [("mxfp4", "packed"), ("mxfp6_e3m2", "packed"),
+                                         ("mxfp8_e4m3", "unpacked"), ("mxint8", "unpacked")])
+def test_a_persistent_grid_quantizes_like_a_program_a_tile(name: str, layout: str, persist: int,
+                                                           monkeypatch) -> None:
+    """quantize's persistent grid (`mx_quant.GPU_PERSIST`: PERSIST programs an SM, one SM here,
+    each looping over its tiles and loading the next before encoding this one): the reference's
+    bits, with tiles that do not divide among the programs, R and K tails, special blocks; the
+    grid is 1-D, PERSIST programs (so each ran several tiles)."""
+    from kernels.triton import launcher
+
+    tile_of, grids, launch = _tri._tile, [], launcher.launch_auto
+    monkeypatch.setattr(_tri, "_tile", lambda kernel, pack: dict(tile_of(kernel, pack),
+                                                                  PERSIST=persist)
+                        if kernel == "quantize" else tile_of(kernel, pack))
+    monkeypatch.setattr(_tri, "sm_count", lambda device: 1)
+    monkeypatch.setattr(launcher, "launch_auto",
+                        lambda fn, grid, args, **kw: (grids.append(grid), launch(fn, grid, args,
+                                                                                  **kw)))
+    fmt = FORMATS[name]
+    seed = zlib.crc32(f"persist {name} {persist}".encode()) % 10_000
+    for i, (dtype, (r, k)) in enumerate(zip(DTYPES, ((37, 160), (5, 96), (21, 64)))):
+        x = make_input(fmt, r, k, dtype, seed + i)
+        for rounding in ("even", "floor"):
+            data, scales = tri.quantize(x, fmt, rounding, layout)
+            want_data, want_scales = ref.quantize(x, fmt, rounding, layout)
+            where = f"{name} {layout} {rounding} {dtype} [{r}, {k}] persist {persist}"
+            assert_same(scales, want_scales, f"scales {where}")
+            assert_same(data, want_data, f"data {where}")
+            tile = tile_of("quantize", _tri.pack_code(fmt, layout))
+            tiles = -(-r // tile["BLOCK_R"]) * -(-k // tile["BLOCK_K"])
+            assert grids.pop() == (min(tiles, persist), 1), where
