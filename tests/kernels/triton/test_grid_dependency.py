@@ -66,9 +66,9 @@ for c in json.loads(sys.stdin.read()):
     else:
         kern = ws._ws_linear_kernel if c["kernel"] == "ws" else lw._wgmma_linear_kernel
         bm, bk, tma = c["BLOCK_M"], c["BLOCK_K"], c["kernel"] == "ws" or c.get("X_TMA", False)
-        consts = dict(HAS_BIAS=False, SPLIT=2, BLOCK_M=bm, BLOCK_K=bk, STAGES=4, WARPS=4,
-                      K_TAIL=False, GROUPED=False, FMT=0, ACT=(), SUB_K=1, REP=1, X_TMA=tma,
-                      PDL=c["flag"])
+        consts = dict(HAS_BIAS=False, SPLIT=2, BLOCK_M=bm, BLOCK_K=bk, STAGES=c.get("STAGES", 4),
+                      WARPS=4, K_TAIL=False, GROUPED=False, FMT=c.get("FMT", 0), ACT=(), SUB_K=1,
+                      REP=1, X_TMA=tma, PDL=c["flag"])
         ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "b_ptr": "*i32", "s_ptr": "*u8",
                 "bias_ptr": "*fp32", "out_ptr": "*bf16", "part_ptr": "*fp32",
                 "lock_ptr": "*i32", "grp_ptr": "*i32", "dest_ptr": "*i32", "rw_ptr": "*fp32"}
@@ -76,8 +76,9 @@ for c in json.loads(sys.stdin.read()):
             ptrs["x_ptr"] = f"tensordesc<bf16[{bm}, {bk}],{X_SMEM!r}>"
         if c["kernel"] == "ws":
             wr = 8 * bk // 256
+            br = wr if consts["FMT"] in (0, 3) else wr // 2
             ptrs.update(w_ptr=f"tensordesc<i32[{wr}, 256],{ws.W_FLAT.value!r}>",
-                        b_ptr=f"tensordesc<i32[{wr}, 256],{ws.W_FLAT.value!r}>",
+                        b_ptr=f"tensordesc<i32[{br}, 256],{ws.W_FLAT.value!r}>",
                         s_ptr=f"tensordesc<u8[{2 * bk // 256}, 256],{ws.S_FLAT.value!r}>")
         make = lambda sig, attrs: GluonASTSource(kern, sig, consts, attrs)
     names = kern.arg_names
@@ -111,8 +112,11 @@ COMPILE_CASES = [dict(kernel="qdq", flag=False), dict(kernel="qdq", flag=True),
                  dict(kernel="wgmma", flag=False, BLOCK_M=8, BLOCK_K=256),
                  dict(kernel="wgmma", flag=True, BLOCK_M=8, BLOCK_K=256),
                  dict(kernel="wgmma", flag=True, BLOCK_M=16, BLOCK_K=128, X_TMA=True),
+                 dict(kernel="wgmma", flag=True, BLOCK_M=8, BLOCK_K=256, FMT=2),
+                 dict(kernel="wgmma", flag=True, BLOCK_M=16, BLOCK_K=128, FMT=3, X_TMA=True),
                  dict(kernel="ws", flag=False, BLOCK_M=16, BLOCK_K=512),
-                 dict(kernel="ws", flag=True, BLOCK_M=16, BLOCK_K=512)]
+                 dict(kernel="ws", flag=True, BLOCK_M=16, BLOCK_K=512),
+                 dict(kernel="ws", flag=True, BLOCK_M=256, BLOCK_K=128, FMT=3, STAGES=2)]
 
 
 @pytest.fixture(scope="module")
