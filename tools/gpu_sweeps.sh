@@ -15,6 +15,10 @@
 #   5. quantize's persistent grid (mx_quant.GPU_PERSIST: programs an SM loading their next tile
 #      before encoding this one; issue 16: >= 85 % of copy, packed mxfp4 / mxfp6 at 70 / 67 %):
 #      tools/bench_quant.py --persist 0,2,4,8, bits checked first; take the best value as data.
+#   6. mxfp4 / mxfp6 at M = 1: more warps an SM. The table's 8 x 256 split-2 row is 256 programs
+#      of 4 warps (115 registers: 4 fit an SM, the grid gives 2), so 2 warps a scheduler hide
+#      the decode's latency (part 19: it streams at 76 % of cuBLAS's bf16 rate). Split 4 and
+#      block_k 128 (64 registers) give 4 programs an SM; checked against the reference first.
 # Earlier sweeps (ws at M = 1..128, MoE experts through ws and the wide tile, both wide tiles
 # against dequant-gemm, MXFP8 x MXFP8 ws): git history, docs/benchmarks.md parts 13-16. Each
 # step has its own time limit; JSON and logs go to $OUT.
@@ -39,5 +43,8 @@ step host "${HOST_S:-90}" python3 tools/host_profile.py --ms 256,1024
 step bench_fp8 "${BENCH_S:-90}" python3 -m registry bench w_mxfp8_e4m3 --m 1,16,1024 \
   --shapes 28672x8192,8192x28672 --quiet --out "$OUT/bench_fp8.json"
 step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --ms 1,16,64,1024 --out "$OUT/pdl.json"
+step m1_occupancy "${M1_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 1 \
+  --weights mxfp4,mxfp6_e3m2 --out "$OUT/m1_occupancy.json" \
+  --wgmma-specs 8:256:2:3:4,8:256:4:3:4,8:256:4:4:4,8:128:4:4:4,8:128:4:6:4,8:128:8:4:4,8:128:2:6:4
 step quant_persist "${QUANT_S:-150}" python3 tools/bench_quant.py --kernels quantize \
   --persist 0,2,4,8 --roundings even --no-reference-time --out "$OUT/quant_persist.json"
