@@ -23,7 +23,10 @@
 # against dequant-gemm, MXFP8 x MXFP8 ws): git history, docs/benchmarks.md parts 13-16. Each
 # step has its own time limit; JSON and logs go to $OUT.
 #
-#   OUT=/tmp/out bash tools/gpu_sweeps.sh
+#   OUT=/tmp/out bash tools/gpu_sweeps.sh                      (steps 2-4: one device call)
+#   OUT=/tmp/out STEPS="m1_occupancy quant_persist" bash tools/gpu_sweeps.sh   (the next call)
+# STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
+# 600 s a call; "wide" is step 1, decided 2026-12-03).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-sweeps}; mkdir -p "$OUT"
@@ -33,7 +36,9 @@ log=$OUT/sweeps.log
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   git rev-parse --short HEAD 2>/dev/null || echo "commit: ${COMMIT:-unknown}"; date -u; } | tee "$log"
-step() { local name=$1 limit=$2; shift 2; echo "=== $name" | tee -a "$log"
+STEPS=" ${STEPS:-host bench_fp8 pdl} "
+step() { local name=$1 limit=$2; shift 2; [[ $STEPS == *" $name "* ]] || return 0
+         echo "=== $name" | tee -a "$log"
          timeout "$limit" "$@" 2>&1 | tee -a "$log"; echo "=== $name rc=${PIPESTATUS[0]}" | tee -a "$log"; }
 W=4:0:1:1:1:1  # warps 4, no cap, sub_k 1, rep 1, tma_x, ws
 step wide "${WIDE_S:-200}" python3 tools/tune_linear.py --parts wgmma,dequant --ms 256,512,4096 \
