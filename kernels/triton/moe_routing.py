@@ -4,8 +4,9 @@ expert (with the tile table) and add the top_k slots of each token.
 Why: done in torch ops, the sort, gather, tile table and slot sum were ~30 small kernels a call
 (sort, scatter_add, two cumsums, searchsorted, index_selects, casts, a cat, clone and adds);
 on the H200 that was ~45 us of a 66 us MoE layer at T = 1 (E = 8, top-2, 2048 x 2048), where
-bf16 `torch._grouped_mm` took 50 us. One program does the counting sort and the table, one
-launch the combine; the only torch op left between them is the token gather.
+bf16 `torch._grouped_mm` took 50 us. One program does the counting sort and the table (three
+launches, a program a chunk of rows, past `ONE_PROGRAM_CHUNKS`), one launch the combine; the
+only torch op left between them is the token gather.
 
 Each has its torch twin beside it (`sort_rows_torch`, `combine_slots`): the tests compare them
 bit for bit (same stable order, same int32 table, same fp32 adds in the same order).
@@ -73,27 +74,47 @@ def _sort_rows_kernel(ids_ptr, rw_ptr, src_ptr, rws_ptr, dest_ptr, grp_ptr, rows
     ex = tl.arange(0, E_PAD)
     counts = tl.zeros([E_PAD], dtype=tl.int32)
     for c0 in range(0, rows, CHUNK):  # pass 1: rows per expert
-        r = c0 + tl.arange(0, CHUNK)
-        ids = tl.load(ids_ptr + r, mask=r < rows, other=E_PAD).to(tl.int32)
-        counts += tl.sum((ids[:, None] == ex[None, :]).to(tl.int32), axis=0)
+        counts += _chunk_counts(ids_ptr, c0 + tl.arange(0, CHUNK), rows, ex, E_PAD)
     start = tl.cumsum(counts, axis=0) - counts
+    seen = start  # the next free sorted row of each expert
+    for c0 in range(0, rows, CHUNK):  # pass 2: each row's place, in row order (stable)
+        seen += _place_chunk(ids_ptr, rw_ptr, src_ptr, rws_ptr, dest_ptr,
+                             c0 + tl.arange(0, CHUNK), rows, seen, ex, TOP_K, E_PAD)
+    _write_table(grp_ptr, slots, start, counts, ex, E, BLOCK_M, CHUNK)
+
+
+@triton.jit
+def _chunk_counts(ids_ptr, r, rows, ex, E_PAD: tl.constexpr):
+    """Rows r (< rows) per expert [E_PAD]."""
+    ids = tl.load(ids_ptr + r, mask=r < rows, other=E_PAD).to(tl.int32)
+    return tl.sum((ids[:, None] == ex[None, :]).to(tl.int32), axis=0)
+
+
+@triton.jit
+def _place_chunk(ids_ptr, rw_ptr, src_ptr, rws_ptr, dest_ptr, r, rows, base, ex,
+                 TOP_K: tl.constexpr, E_PAD: tl.constexpr):
+    """Rows r (< rows, in order) to their sorted places: expert e's next free place is base[e],
+    then in row order. Returns the rows placed per expert."""
+    ok = r < rows
+    ids = tl.load(ids_ptr + r, mask=ok, other=E_PAD).to(tl.int32)
+    hit = (ids[:, None] == ex[None, :]).to(tl.int32)
+    earlier = tl.cumsum(hit, axis=0) - hit  # same-expert rows before it in this chunk
+    pos = tl.sum(hit * (earlier + base[None, :]), axis=1)
+    tl.store(src_ptr + pos, r // TOP_K, mask=ok)
+    tl.store(dest_ptr + pos, r, mask=ok)
+    tl.store(rws_ptr + pos, tl.load(rw_ptr + r, mask=ok, other=0).to(tl.float32), mask=ok)
+    return tl.sum(hit, axis=0)
+
+
+@triton.jit
+def _write_table(grp_ptr, slots, start, counts, ex, E: tl.constexpr, BLOCK_M: tl.constexpr,
+                 CHUNK: tl.constexpr):
+    """The packed tile table from the experts' starts and counts [E_PAD]."""
     tiles = (counts + BLOCK_M - 1) // BLOCK_M
     last = tl.cumsum(tiles, axis=0)  # one past each expert's last tile
     first = last - tiles
-    seen = start  # the next free sorted row of each expert
-    for c0 in range(0, rows, CHUNK):  # pass 2: each row's place, in row order (stable)
-        r = c0 + tl.arange(0, CHUNK)
-        ok = r < rows
-        ids = tl.load(ids_ptr + r, mask=ok, other=E_PAD).to(tl.int32)
-        hit = (ids[:, None] == ex[None, :]).to(tl.int32)
-        earlier = tl.cumsum(hit, axis=0) - hit  # same-expert rows before it in this chunk
-        pos = tl.sum(hit * (earlier + seen[None, :]), axis=1)
-        tl.store(src_ptr + pos, r // TOP_K, mask=ok)
-        tl.store(dest_ptr + pos, r, mask=ok)
-        tl.store(rws_ptr + pos, tl.load(rw_ptr + r, mask=ok, other=0).to(tl.float32), mask=ok)
-        seen += tl.sum(hit, axis=0)
     real = ex < E
-    for s0 in range(0, slots, CHUNK):  # the table: slot -> (expert, M tile)
+    for s0 in range(0, slots, CHUNK):  # slot -> (expert, M tile)
         s = s0 + tl.arange(0, CHUNK)
         te = tl.sum(((last[None, :] <= s[:, None]) & real[None, :]).to(tl.int32), axis=1)
         mine = ex[None, :] == tl.minimum(te, E - 1)[:, None]
@@ -104,11 +125,61 @@ def _sort_rows_kernel(ids_ptr, rw_ptr, src_ptr, rws_ptr, dest_ptr, grp_ptr, rows
     tl.store(grp_ptr + 2 * slots + E + ex, counts, mask=real)
 
 
+# --- the same sort over many programs (rows past ONE_PROGRAM_CHUNKS chunks): counts a chunk,
+# one program's scan and table, places a chunk; 3 launches, each chunk's work in parallel
+@triton.jit
+def _counts_kernel(ids_ptr, hist_ptr, rows, E_PAD: tl.constexpr, CHUNK: tl.constexpr):
+    """hist[c] = chunk c's rows per expert."""
+    c = tl.program_id(0)
+    ex = tl.arange(0, E_PAD)
+    tl.store(hist_ptr + c * E_PAD + ex,
+             _chunk_counts(ids_ptr, c * CHUNK + tl.arange(0, CHUNK), rows, ex, E_PAD))
+
+
+@triton.jit
+def _offsets_kernel(hist_ptr, grp_ptr, chunks, slots, E: tl.constexpr, E_PAD: tl.constexpr,
+                    BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
+    """One program: hist[c] becomes the rows of each expert in the chunks before c (an
+    exclusive scan over the chunks), then the experts' starts and counts and the tile table."""
+    ex = tl.arange(0, E_PAD)
+    counts = tl.zeros([E_PAD], dtype=tl.int32)
+    for c0 in range(0, chunks, CHUNK):
+        c = c0 + tl.arange(0, CHUNK)
+        at = hist_ptr + c[:, None] * E_PAD + ex[None, :]
+        ok = (c < chunks)[:, None] & (ex >= 0)[None, :]
+        h = tl.load(at, mask=ok, other=0)
+        tl.store(at, tl.cumsum(h, axis=0) - h + counts[None, :], mask=ok)
+        counts += tl.sum(h, axis=0)
+    _write_table(grp_ptr, slots, tl.cumsum(counts, axis=0) - counts, counts, ex, E, BLOCK_M,
+                 CHUNK)
+
+
+@triton.jit
+def _place_kernel(ids_ptr, rw_ptr, src_ptr, rws_ptr, dest_ptr, hist_ptr, grp_ptr, rows, slots,
+                  TOP_K: tl.constexpr, E: tl.constexpr, E_PAD: tl.constexpr,
+                  CHUNK: tl.constexpr):
+    """Chunk c's rows to their places: an expert's start plus its rows in earlier chunks."""
+    c = tl.program_id(0)
+    ex = tl.arange(0, E_PAD)
+    base = tl.load(grp_ptr + 2 * slots + ex, mask=ex < E, other=0) + \
+        tl.load(hist_ptr + c * E_PAD + ex)
+    _place_chunk(ids_ptr, rw_ptr, src_ptr, rws_ptr, dest_ptr, c * CHUNK + tl.arange(0, CHUNK),
+                 rows, base, ex, TOP_K, E_PAD)
+
+
+# Up to this many chunks (4096 // E_PAD rows each) one program sorts the rows: one launch,
+# what small T needs (T = 1 to 16: one or two chunks). Past it the chunk loop is serial work of
+# one SM — ~300 instructions a chunk to count, ~900 to place (sm_90a SASS, E = 64), 192 chunks
+# each at DeepSeek-like T = 2048 (12288 rows) — so three launches do it with a program a chunk.
+ONE_PROGRAM_CHUNKS = 8
+
+
 def sort_rows(topk_ids: Tensor, topk_weights: Tensor, num_experts: int,
               block_m: int) -> tuple[Tensor, Tensor, Tensor, int, Tensor]:
-    """The T * top_k (token, slot) rows in expert order (stable), with no device sync, in one
-    launch: (source token of each sorted row (int32), their fp32 routing weights, each one's
-    output row t * top_k + k (int32), the table's length, the packed tile table)."""
+    """The T * top_k (token, slot) rows in expert order (stable), with no device sync: one
+    launch up to ONE_PROGRAM_CHUNKS chunks of rows, else three. Returns (source token of each
+    sorted row (int32), their fp32 routing weights, each one's output row t * top_k + k
+    (int32), the table's length, the packed tile table)."""
     rows = topk_ids.numel()
     dev = topk_ids.device
     slots = table_slots(rows, num_experts, block_m)
@@ -118,10 +189,21 @@ def sort_rows(topk_ids: Tensor, topk_weights: Tensor, num_experts: int,
     grp = torch.empty(2 * slots + 2 * num_experts, dtype=torch.int32, device=dev)
     e_pad = triton.next_power_of_2(num_experts)
     chunk = max(16, 4096 // e_pad)  # a [chunk, E] one-hot a pass: 4096 lanes
-    launcher.launch_auto(_sort_rows_kernel, (1,),
-                         (topk_ids.reshape(rows), topk_weights.reshape(rows), src, rw_sorted,
-                          dest, grp, rows, slots, topk_ids.shape[1], num_experts, e_pad,
-                          block_m, chunk), num_warps=4)
+    ids, rw, top_k = topk_ids.reshape(rows), topk_weights.reshape(rows), topk_ids.shape[1]
+    chunks = launcher.cdiv(rows, chunk)
+    if chunks <= ONE_PROGRAM_CHUNKS:
+        launcher.launch_auto(_sort_rows_kernel, (1,),
+                             (ids, rw, src, rw_sorted, dest, grp, rows, slots, top_k,
+                              num_experts, e_pad, block_m, chunk), num_warps=4)
+        return src, rw_sorted, dest, slots, grp
+    hist = torch.empty((chunks, e_pad), dtype=torch.int32, device=dev)
+    launcher.launch_auto(_counts_kernel, (chunks,), (ids, hist, rows, e_pad, chunk),
+                         num_warps=4)
+    launcher.launch_auto(_offsets_kernel, (1,), (hist, grp, chunks, slots, num_experts, e_pad,
+                                                 block_m, chunk), num_warps=4)
+    launcher.launch_auto(_place_kernel, (chunks,), (ids, rw, src, rw_sorted, dest, hist, grp,
+                                                    rows, slots, top_k, num_experts, e_pad,
+                                                    chunk), num_warps=4)
     return src, rw_sorted, dest, slots, grp
 
 
@@ -160,5 +242,5 @@ def combine(weighted: Tensor, out_dtype: torch.dtype) -> Tensor:
     return out
 
 
-__all__ = ["combine", "combine_slots", "sort_rows", "sort_rows_torch", "table_slots",
-           "table_views", "tile_table"]
+__all__ = ["ONE_PROGRAM_CHUNKS", "combine", "combine_slots", "sort_rows", "sort_rows_torch",
+           "table_slots", "table_views", "tile_table"]

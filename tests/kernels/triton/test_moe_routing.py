@@ -24,17 +24,22 @@ def routing(tokens: int, experts: int, top_k: int, gen: torch.Generator, case: s
 
 
 # (tokens, experts, top_k, block_m): T = 1 decode, a padded E (3, 384), E = 1, rows past a
-# chunk of the kernel's one-hot (4096 // E_PAD rows), block_m past the rows
+# chunk of the kernel's one-hot (4096 // E_PAD rows), block_m past the rows, more chunks than
+# the scan's one-hot holds (E = 384: 16 rows a chunk, 6000 rows -> 375 chunks)
 CASES = [(1, 8, 2, 8), (16, 8, 2, 16), (37, 64, 6, 8), (5, 1, 1, 16), (300, 32, 4, 64),
-         (3, 384, 8, 8), (200, 3, 2, 128), (700, 8, 1, 16)]
+         (3, 384, 8, 8), (200, 3, 2, 128), (700, 8, 1, 16), (750, 384, 8, 16)]
 
 
+@pytest.mark.parametrize("programs", ["one", "a chunk each"])
 @pytest.mark.parametrize("tokens,experts,top_k,block_m", CASES)
 @pytest.mark.parametrize("case", ["random", "one hot expert", "skewed"])
 def test_sort_rows_matches_the_torch_twin(tokens: int, experts: int, top_k: int, block_m: int,
-                                          case: str) -> None:
+                                          case: str, programs: str, monkeypatch) -> None:
+    """Both ways of the sort: one program over every chunk of rows, or (past
+    ONE_PROGRAM_CHUNKS) a program a chunk with the scan over chunks in between."""
     if case == "one hot expert" and (experts < 2 or top_k == experts):
         pytest.skip("needs an expert left out")
+    monkeypatch.setattr(moe_routing, "ONE_PROGRAM_CHUNKS", 10**9 if programs == "one" else 0)
     gen = torch.Generator().manual_seed(tokens * 1000 + experts * 10 + top_k + len(case))
     ids, weights = routing(tokens, experts, top_k, gen, case)
     for id_dtype, w_dtype in ((torch.int64, torch.float32), (torch.int32, torch.bfloat16)):
