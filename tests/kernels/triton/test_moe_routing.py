@@ -70,3 +70,43 @@ def test_combine_is_combine_slots_bit_for_bit(out_dtype: torch.dtype, tokens: in
     assert torch.equal(got.isnan(), nan)
     bits = {torch.float32: torch.int32}.get(out_dtype, torch.int16)
     assert torch.equal(got[~nan].view(bits), want[~nan].view(bits))
+
+
+_COMPILE = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels.triton import moe_routing as mr
+P = {"ids_ptr": "*i64", "rw_ptr": "*fp32", "src_ptr": "*i32", "rws_ptr": "*fp32",
+     "dest_ptr": "*i32", "grp_ptr": "*i32", "hist_ptr": "*i32"}
+found = []
+for c in json.loads(sys.stdin.read()):
+    kern = getattr(mr, c.pop("kernel"))
+    sig = {n: "constexpr" if n in c else P.get(n, "i32") for n in kern.arg_names}
+    try:
+        triton.compile(ASTSource(kern, sig, c), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4))
+        found.append({})
+    except Exception as e:  # reported by the case's own test
+        found.append({"error": f"{type(e).__name__}: {e}"[-3000:]})
+print(json.dumps(found))
+"""
+
+COMPILE_CASES = [dict(kernel=k, **{n: v for n, v in consts.items() if n in names.split()})
+                 for e, top_k in ((64, 6), (384, 8))
+                 for k, names in (("_sort_rows_kernel", "TOP_K E E_PAD BLOCK_M CHUNK"),
+                                  ("_counts_kernel", "E_PAD CHUNK"),
+                                  ("_offsets_kernel", "E E_PAD BLOCK_M CHUNK"),
+                                  ("_place_kernel", "TOP_K E E_PAD CHUNK"))
+                 for consts in [dict(TOP_K=top_k, E=e, E_PAD=1 << (e - 1).bit_length(),
+                                     BLOCK_M=128, CHUNK=max(16, 4096 >> (e - 1).bit_length()))]]
+
+
+def test_the_sort_kernels_compile_for_sm90() -> None:
+    """The interpreter runs their semantics; this compiles them (sm_90a, no GPU needed): the
+    one-program sort and the three launches of the many-program one, E = 64 and a padded 384."""
+    from support.sm90_compile import compile_cases
+
+    found = compile_cases(_COMPILE, [dict(c) for c in COMPILE_CASES])
+    assert [f.get("error") for f in found] == [None] * len(COMPILE_CASES)
