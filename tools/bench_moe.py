@@ -96,7 +96,14 @@ def main() -> None:
                     help="also time the triton backend with each of these wgmma configs forced, "
                     "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] (gated "
                     "ones too: every row is checked against the reference)")
+    ap.add_argument("--one-program-chunks", type=int, default=None, metavar="N",
+                    help="moe_routing.ONE_PROGRAM_CHUNKS for this run (the routing sort in one "
+                    "program up to N chunks of rows, else a program a chunk); e.g. 1000000 for "
+                    "the one-program sort at every T, to compare")
     args = ap.parse_args()
+    if args.one_program_chunks is not None:
+        from kernels.triton import moe_routing
+        moe_routing.ONE_PROGRAM_CHUNKS = args.one_program_chunks
     dev = "cuda"
     forced = [forced_spec(c) for c in args.wgmma.split(",") if c]
     g = torch.Generator(device=dev).manual_seed(0)

@@ -21,7 +21,9 @@
 #      block_k 128 (64 registers) give 4 programs an SM; checked against the reference first.
 #   7. issue 16's MoE table as the code stands (last measured whole on 2026-12-01, part 5:
 #      mxfp6 at T = 2048 0.70-0.72 of mxfp4's ratio, target 0.75; DeepSeek-like T = 2048 0.84x
-#      since part 10): the three shapes x three schemes x T = 1 / 16 / 256 / 2048.
+#      since part 10): the three shapes x three schemes x T = 1 / 16 / 256 / 2048; then
+#      DeepSeek-like w_mxfp4 with the one-program routing sort at every T (what ran before
+#      moe_routing's many-program sort) to see what the sort took.
 # Earlier sweeps (ws at M = 1..128, MoE experts through ws and the wide tile, both wide tiles
 # against dequant-gemm, MXFP8 x MXFP8 ws): git history, docs/benchmarks.md parts 13-16. Each
 # step has its own time limit; JSON and logs go to $OUT.
@@ -57,6 +59,7 @@ step m1_occupancy "${M1_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms
   --wgmma-specs 8:256:2:3:4,8:256:4:3:4,8:256:4:4:4,8:128:4:4:4,8:128:4:6:4,8:128:8:4:4,8:128:2:6:4
 step moe "${MOE_S:-400}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
   set -- $s; python3 tools/bench_moe.py --backends triton --experts $1 --top-k $2 --n $3 --k $4
-done'
+done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 2048 --k 7168 \
+  --schemes w_mxfp4 --t 256,2048 --one-program-chunks 1000000'
 step quant_persist "${QUANT_S:-150}" python3 tools/bench_quant.py --kernels quantize \
   --persist 0,2,4,8 --roundings even --no-reference-time --out "$OUT/quant_persist.json"
