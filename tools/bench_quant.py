@@ -200,9 +200,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip timing the (slow) torch reference")
     parser.add_argument("--kernels", default="quantize,dequantize,qdq",
                         help="comma-separated kernels to time (default: all three)")
-    parser.add_argument("--persist", default=None, metavar="N,...",
-                        help="run every case once per value of mx_quant.GPU_PERSIST (quantize's "
-                             "persistent grid, programs an SM; 0: a program a tile), e.g. 0,4,8")
     args = parser.parse_args(argv)
     try:
         r, k = (int(v) for v in args.shape.lower().split("x"))
@@ -227,16 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if not only or set(only) - {"quantize", "dequantize", "qdq"}:
         parser.error(f"--kernels {args.kernels!r}: a comma-separated subset of quantize, "
                      "dequantize, qdq")
-    try:
-        persists = [None] if args.persist is None else [int(v) for v in args.persist.split(",")]
-    except ValueError:
-        parser.error(f"--persist {args.persist!r}: comma-separated integers >= 0, e.g. 0,4,8")
-    if any(p is not None and p < 0 for p in persists):
-        parser.error(f"--persist {args.persist!r}: programs an SM must be >= 0")
-    runs = [(p, case) for case in cases(args.quick, roundings) for p in persists]
-    for i, (persist, (fmt_name, layout, rounding)) in enumerate(runs):
-        if persist is not None:
-            tri.GPU_PERSIST = persist
+    for i, (fmt_name, layout, rounding) in enumerate(cases(args.quick, roundings)):
         rows, bad = run_case(fmt_name, layout, rounding, (r, k), device, copy_tbs,
                              not args.no_reference_time, seed=i, only=only)
         problems += bad

@@ -12,14 +12,11 @@
 #   4. W4A4 against W4A16 with programmatic dependent launch off and on (grid_dependency,
 #      gated PDL_VERIFIED: W4A4 was 14 / 18 % past W4A16 at M = 1 / 16 on 8192², target 10 %):
 #      tools/bench_pdl.py, bits checked equal; keep the gate on only where it wins.
-#   5. quantize's persistent grid (mx_quant.GPU_PERSIST: programs an SM loading their next tile
-#      before encoding this one; issue 16: >= 85 % of copy, packed mxfp4 / mxfp6 at 70 / 67 %):
-#      tools/bench_quant.py --persist 0,2,4,8, bits checked first; take the best value as data.
-#   6. mxfp4 / mxfp6 at M = 1: more warps an SM. The table's 8 x 256 split-2 row is 256 programs
+#   5. mxfp4 / mxfp6 at M = 1: more warps an SM. The table's 8 x 256 split-2 row is 256 programs
 #      of 4 warps (115 registers: 4 fit an SM, the grid gives 2), so 2 warps a scheduler hide
 #      the decode's latency (part 19: it streams at 76 % of cuBLAS's bf16 rate). Split 4 and
 #      block_k 128 (64 registers) give 4 programs an SM; checked against the reference first.
-#   7. issue 16's MoE table as the code stands (last measured whole on 2026-12-01, part 5:
+#   6. issue 16's MoE table as the code stands (last measured whole on 2026-12-01, part 5:
 #      mxfp6 at T = 2048 0.70-0.72 of mxfp4's ratio, target 0.75; DeepSeek-like T = 2048 0.84x
 #      since part 10): the three shapes x three schemes x T = 1 / 16 / 256 / 2048; then
 #      DeepSeek-like w_mxfp4 with the one-program routing sort at every T (what ran before
@@ -29,7 +26,7 @@
 # step has its own time limit; JSON and logs go to $OUT.
 #
 #   OUT=/tmp/out bash tools/gpu_sweeps.sh                      (steps 2-4: one device call)
-#   OUT=/tmp/out STEPS="m1_occupancy quant_persist" bash tools/gpu_sweeps.sh   (the next call)
+#   OUT=/tmp/out STEPS=m1_occupancy bash tools/gpu_sweeps.sh    (the next call)
 #   OUT=/tmp/out STEPS=moe bash tools/gpu_sweeps.sh             (issue 16's MoE table, alone)
 # STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
 # 600 s a call; "wide" is step 1, decided 2026-12-03).
@@ -61,5 +58,3 @@ step moe "${MOE_S:-400}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 
   set -- $s; python3 tools/bench_moe.py --backends triton --experts $1 --top-k $2 --n $3 --k $4
 done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 2048 --k 7168 \
   --schemes w_mxfp4 --t 256,2048 --one-program-chunks 1000000'
-step quant_persist "${QUANT_S:-150}" python3 tools/bench_quant.py --kernels quantize \
-  --persist 0,2,4,8 --roundings even --no-reference-time --out "$OUT/quant_persist.json"

@@ -38,50 +38,16 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      EMAX: tl.constexpr, MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr,
                      MAXN_SUB: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                      SPECIALS: tl.constexpr, ROUNDING: tl.constexpr, PACK: tl.constexpr,
-                     ROW16B: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PERSIST: tl.constexpr = False):
+                     ROW16B: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
-    which Triton's own specialization (multiples of 16) misses when K % 256 != 0. PERSIST: a
-    1-D grid of fewer programs, each taking tiles t, t + programs, ... (row-major over the
-    [R / BLOCK_R, K / BLOCK_K] tiles) and loading its next tile before it encodes this one, so
-    that a tile's loads are in flight while the last one is computed (part 12 of
-    docs/benchmarks.md: the kernel is bound by its per-element work with its latency)."""
+    which Triton's own specialization (multiples of 16) misses when K % 256 != 0."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
-    if PERSIST:
-        nk = tl.cdiv(K, BLOCK_K)
-        step = tl.num_programs(0)
-        first = tl.program_id(0)
-        x, rows = tile_blocks(x_ptr, stride_x, R, K, first // nk, first % nk, BLOCK_R, BLOCK_K,
-                              IN_KIND)
-        for t in range(tl.program_id(0), tl.cdiv(R, BLOCK_R) * nk, step):
-            nxt = t + step  # (past the last tile: rows past R, every lane masked off)
-            x_next, rows_next = tile_blocks(x_ptr, stride_x, R, K, nxt // nk, nxt % nk,
-                                            BLOCK_R, BLOCK_K, IN_KIND)
-            _quantize_tile(x, rows, t % nk, data_ptr, scale_ptr, R, K, stride_d, stride_s,
-                           MBITS, BIAS, EMAX, MAX_NORMAL, MAXN_MANT, MAXN_SUB, BITS, IS_INT,
-                           ROUNDING, PACK, ROW16B, BLOCK_R, BLOCK_K)
-            x, rows = x_next, rows_next
-    else:
-        pid_k = tl.program_id(1)
-        x, rows = tile_blocks(x_ptr, stride_x, R, K, tl.program_id(0), pid_k, BLOCK_R, BLOCK_K,
-                              IN_KIND)
-        _quantize_tile(x, rows, pid_k, data_ptr, scale_ptr, R, K, stride_d, stride_s, MBITS,
-                       BIAS, EMAX, MAX_NORMAL, MAXN_MANT, MAXN_SUB, BITS, IS_INT, ROUNDING, PACK,
-                       ROW16B, BLOCK_R, BLOCK_K)
-
-
-@triton.jit
-def _quantize_tile(x, rows, pid_k, data_ptr, scale_ptr, R, K, stride_d, stride_s,
-                   MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
-                   MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr,
-                   BITS: tl.constexpr, IS_INT: tl.constexpr, ROUNDING: tl.constexpr,
-                   PACK: tl.constexpr, ROW16B: tl.constexpr, BLOCK_R: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
-    """One loaded tile (fp32 blocks [BLOCK_R, NB, 32] of rows `rows`, K tile pid_k) encoded
-    and stored: codes in the layout PACK, one scale byte a block."""
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
     NB: tl.constexpr = BLOCK_K // 32
+    x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
     v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
     codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
     codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
@@ -169,11 +135,6 @@ INTERPRETER_TILE = {"BLOCK_R": 16, "BLOCK_K": 64}
 # multiple of 64 keeps fp4 bytes and fp6 words whole; tails are masked.
 GPU_TILE = {"BLOCK_R": 16, "BLOCK_K": 256}
 GPU_WARPS = 4
-# quantize's persistent grid (`_quantize_kernel` PERSIST): programs an SM, each loading its next
-# tile before it encodes this one; 0: a program a tile (what was measured, docs/benchmarks.md
-# part 12). Written 2026-12-05 without a GPU (bits: the interpreter tests); switched on only
-# where tools/bench_quant.py --persist shows it nearer the copy bandwidth.
-GPU_PERSIST = 0
 
 
 def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
@@ -181,9 +142,8 @@ def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
     if kernel not in ("quantize", "dequantize", "qdq"):
         raise ValueError(f"{_WHERE}.gpu_tile: unknown kernel {kernel!r}")
     if kernel == "quantize" and pack == 2:  # H200 2026-12-03: 66.2 against 68.7 us (8192^2)
-        return {"BLOCK_R": 2 * GPU_TILE["BLOCK_R"], "BLOCK_K": GPU_TILE["BLOCK_K"],
-                "PERSIST": GPU_PERSIST}
-    return dict(GPU_TILE, PERSIST=GPU_PERSIST) if kernel == "quantize" else dict(GPU_TILE)
+        return {"BLOCK_R": 2 * GPU_TILE["BLOCK_R"], "BLOCK_K": GPU_TILE["BLOCK_K"]}
+    return dict(GPU_TILE)
 
 
 def _tile(kernel: str, pack: int) -> dict[str, int]:
@@ -192,17 +152,6 @@ def _tile(kernel: str, pack: int) -> dict[str, int]:
 
 
 _KERNELS = {_quantize_kernel: "quantize", _dequantize_kernel: "dequantize"}  # (else qdq)
-_SMS: dict = {}
-
-
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device (cached); 1 elsewhere (the interpreter)."""
-    if device.type != "cuda":
-        return 1
-    found = _SMS.get(device.index)
-    if found is None:
-        found = _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
-    return found
 
 
 def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
@@ -211,8 +160,6 @@ def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -
     extra = {} if _INTERPRETED else {"num_warps": GPU_WARPS}
     grid = (launcher.cdiv(r, tile["BLOCK_R"]), launcher.cdiv(k, tile["BLOCK_K"]))
     named = dict(consts, **tile)
-    if named.setdefault("PERSIST", 0):  # (quantize) a 1-D grid of PERSIST programs an SM
-        grid = (min(grid[0] * grid[1], named["PERSIST"] * sm_count(ptrs[0].device)), 1)
     head = (*ptrs, r, k, *strides)
     args = head + tuple(named[name] for name in kernel.arg_names[len(head):])
     launcher.launch_auto(kernel, grid, args, num_warps=extra.get("num_warps", 4))

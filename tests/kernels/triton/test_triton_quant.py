@@ -337,37 +337,3 @@ def test_qdq_into_scratch_writes_the_streams_rows_and_else_a_fresh_tensor(
         fresh = plan.into_scratch(x, on)
         assert fresh.data_ptr() != got.data_ptr(), (on, capture, kept)
         assert torch.equal(fresh.view(torch.int16), _tri.qdq(x, "mxfp4", "even").view(torch.int16))
-
-
-@pytest.mark.parametrize("persist", (1, 3))
-@pytest.mark.parametrize("name,layout", [("mxfp4", "packed"), ("mxfp6_e3m2", "packed"),
-                                         ("mxfp8_e4m3", "unpacked"), ("mxint8", "unpacked")])
-def test_a_persistent_grid_quantizes_like_a_program_a_tile(name: str, layout: str, persist: int,
-                                                           monkeypatch) -> None:
-    """quantize's persistent grid (`mx_quant.GPU_PERSIST`: PERSIST programs an SM, one SM here,
-    each looping over its tiles and loading the next before encoding this one): the reference's
-    bits, with tiles that do not divide among the programs, R and K tails, special blocks; the
-    grid is 1-D, PERSIST programs (so each ran several tiles)."""
-    from kernels.triton import launcher
-
-    tile_of, grids, launch = _tri._tile, [], launcher.launch_auto
-    monkeypatch.setattr(_tri, "_tile", lambda kernel, pack: dict(tile_of(kernel, pack),
-                                                                  PERSIST=persist)
-                        if kernel == "quantize" else tile_of(kernel, pack))
-    monkeypatch.setattr(_tri, "sm_count", lambda device: 1)
-    monkeypatch.setattr(launcher, "launch_auto",
-                        lambda fn, grid, args, **kw: (grids.append(grid), launch(fn, grid, args,
-                                                                                  **kw)))
-    fmt = FORMATS[name]
-    seed = zlib.crc32(f"persist {name} {persist}".encode()) % 10_000
-    for i, (dtype, (r, k)) in enumerate(zip(DTYPES, ((37, 160), (5, 96), (21, 64)))):
-        x = make_input(fmt, r, k, dtype, seed + i)
-        for rounding in ("even", "floor"):
-            data, scales = tri.quantize(x, fmt, rounding, layout)
-            want_data, want_scales = ref.quantize(x, fmt, rounding, layout)
-            where = f"{name} {layout} {rounding} {dtype} [{r}, {k}] persist {persist}"
-            assert_same(scales, want_scales, f"scales {where}")
-            assert_same(data, want_data, f"data {where}")
-            tile = tile_of("quantize", _tri.pack_code(fmt, layout))
-            tiles = -(-r // tile["BLOCK_R"]) * -(-k // tile["BLOCK_K"])
-            assert grids.pop() == (min(tiles, persist), 1), where
