@@ -16,6 +16,8 @@
 #      of 4 warps (115 registers: 4 fit an SM, the grid gives 2), so 2 warps a scheduler hide
 #      the decode's latency (part 19: it streams at 76 % of cuBLAS's bf16 rate). Split 4 and
 #      block_k 128 (64 registers) give 4 programs an SM; checked against the reference first.
+#      M = 16 likewise (the ws 16 x 512 row: one 140 KB program an SM, 128 for 132 SMs): ws
+#      with split-K 2 (256 programs) and a 16 x 256 ring of 6 (two an SM).
 #   6. issue 16's MoE table as the code stands (last measured whole on 2026-12-01, part 5:
 #      mxfp6 at T = 2048 0.70-0.72 of mxfp4's ratio, target 0.75; DeepSeek-like T = 2048 0.84x
 #      since part 10): the three shapes x three schemes x T = 1 / 16 / 256 / 2048; then
@@ -26,7 +28,7 @@
 # step has its own time limit; JSON and logs go to $OUT.
 #
 #   OUT=/tmp/out bash tools/gpu_sweeps.sh                      (steps 2-4: one device call)
-#   OUT=/tmp/out STEPS=m1_occupancy bash tools/gpu_sweeps.sh    (the next call)
+#   OUT=/tmp/out STEPS="m1_occupancy m16_occupancy" bash tools/gpu_sweeps.sh   (the next call)
 #   OUT=/tmp/out STEPS=moe bash tools/gpu_sweeps.sh             (issue 16's MoE table, alone)
 # STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
 # 600 s a call; "wide" is step 1, decided 2026-12-03).
@@ -54,6 +56,9 @@ step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --ms 1,16,64,1024 --out "$OU
 step m1_occupancy "${M1_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 1 \
   --weights mxfp4,mxfp6_e3m2 --out "$OUT/m1_occupancy.json" \
   --wgmma-specs 8:256:2:3:4,8:256:4:3:4,8:256:4:4:4,8:128:4:4:4,8:128:4:6:4,8:128:8:4:4,8:128:2:6:4
+step m16_occupancy "${M16_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 16 \
+  --weights mxfp4,mxfp6_e3m2 --out "$OUT/m16_occupancy.json" \
+  --wgmma-specs 16:512:2:4:$W,16:256:2:6:$W,16:256:1:6:$W,16:128:2:4:4,16:128:4:4:4
 step moe "${MOE_S:-400}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
   set -- $s; python3 tools/bench_moe.py --backends triton --experts $1 --top-k $2 --n $3 --k $4
 done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 2048 --k 7168 \
