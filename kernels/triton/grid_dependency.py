@@ -18,7 +18,8 @@ the stream's scratch rows the QDQ writes: qdq_plan.scratch). So when the GEMM st
 the one kernel that may still run: it writes x's QDQ'd rows (read by the GEMM after its wait
 only) and reads the layer's input, which the GEMM never writes; the weights (read before the
 wait) no kernel writes. The one-partition kernel waits before any global access but those
-weight copies; the ws kernel's loader waits, its consumers only store results.
+weight copies; the ws kernel's loader waits, its consumers only store results. The wait is
+wgmma_tiles.grid_wait (Gluon); the release below is Triton's, for the QDQ kernel.
 
 PDL_VERIFIED gates it as linear_wgmma's gates do: written 2026-12-05 without a GPU (compiled
 for sm_90a offline: tests/kernels/triton/test_grid_dependency.py); switched on once that file's

@@ -161,22 +161,21 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
 
     w_smem, b_smem, s_smem = weight_ring(STAGES, G, NBH, FMT)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], XS)
-    if PDL:  # the first D tiles' weights (which no kernel writes) before waiting on the QDQ
-        for s in gl.static_range(D):  # (its rows: the x tiles), in the first x tile's group
-            t = gl.minimum(k_lo + s, k_hi - 1)
-            copy_weight_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), wbase + t * TW,
-                             bbase + t * TB, sbase + t * TS, FMT)
-        grid_wait()
-        for s in gl.static_range(D):
-            t = gl.minimum(k_lo + s, k_hi - 1)
+    # the first D tiles (a slice shorter than D re-reads its last tile); PDL: all their weight
+    # copies (no kernel writes the weight) before the wait on the QDQ, then their x tiles (the
+    # weights ride in the first x tile's cp.async group)
+    for s in gl.static_range(D):
+        t = gl.minimum(k_lo + s, k_hi - 1)
+        copy_weight_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), wbase + t * TW,
+                         bbase + t * TB, sbase + t * TS, FMT)
+        if not PDL:
             copy_x_tile(x_smem.index(s), xptrs, xmask, xc, _slot(xbar, s, X_TMA), t, K, row0,
                         BLOCK_K, K_TAIL, X_TMA)
-    else:
+    if PDL:
+        grid_wait()
         for s in gl.static_range(D):
-            t = gl.minimum(k_lo + s, k_hi - 1)  # a slice shorter than D re-reads its last tile
-            copy_tile(w_smem.index(s), b_smem.index(s), s_smem.index(s), x_smem.index(s),
-                      wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs, xmask, xc,
-                      _slot(xbar, s, X_TMA), t, K, row0, BLOCK_K, K_TAIL, FMT, X_TMA)
+            copy_x_tile(x_smem.index(s), xptrs, xmask, xc, _slot(xbar, s, X_TMA),
+                        gl.minimum(k_lo + s, k_hi - 1), K, row0, BLOCK_K, K_TAIL, X_TMA)
     if len(ACT) > 0:
         xq_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_K], XS)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)

@@ -1,7 +1,8 @@
 """The activation QDQ as the linear kernels launch it: a plan per (format, rounding, dtype, K)
 with its checks and constants done once (`QdqPlan`), the stream's scratch rows it may write
-into (`scratch`); mx_quant's public `qdq` builds one a call. The kernel is mx_quant's `_qdq_kernel`, beside the
-quantize and dequantize kernels it shares its codec with; this module is its launch side.
+into (`scratch`); mx_quant's public `qdq` builds one a call. The kernel is mx_quant's
+`_qdq_kernel`, beside the quantize and dequantize kernels it shares its codec with; this module
+is its launch side.
 """
 from __future__ import annotations
 

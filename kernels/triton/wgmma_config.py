@@ -164,7 +164,7 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     if split > 1 and (tiles > _LOCK_TILES or 0 < cfg.max_tiles < tiles):
         split, per_split = 1, ktiles
     words, sbytes, bwords = layout
-    pdl = bool(act) and not cfg.fuse_act and grid_dependency.pdl_here(False)  # QDQ launched first
+    pdl = bool(act) and not cfg.fuse_act and grid_dependency.PDL_VERIFIED  # (QDQ launched first)
     act = act if cfg.fuse_act else ()
     key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act,
                            pdl))

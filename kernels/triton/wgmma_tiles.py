@@ -42,8 +42,9 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared 
 
 @gluon.jit
 def grid_wait():
-    """Wait until the grids this one depends on have finished and their writes are visible:
-    a kernel launched programmatically (grid_dependency) runs it before any global access."""
+    """Wait until the grids this one depends on have finished and their writes are visible: a
+    kernel launched programmatically (grid_dependency) runs it before it reads what they write
+    (the weight copies, which no kernel writes, may go first)."""
     gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32,
                               is_pure=False, pack=1)
 
@@ -242,6 +243,7 @@ def copyable_rows(x2d: Tensor) -> Tensor:
     return x2d
 
 
-__all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copy_weight_tile", "copy_x_tile", "copyable_rows", "grid_wait",
-           "cta_barrier", "expert_rows", "finish_tile", "layout_chunks", "qdq_x_tile",
-           "store_out", "weight_ring", "x_descriptor", "x_mask"]
+__all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copy_weight_tile",
+           "copy_x_tile", "copyable_rows", "cta_barrier", "expert_rows", "finish_tile",
+           "grid_wait", "layout_chunks", "qdq_x_tile", "store_out", "weight_ring",
+           "x_descriptor", "x_mask"]
