@@ -101,6 +101,8 @@ def main() -> None:
                     "program up to N chunks of rows, else a program a chunk); e.g. 1000000 for "
                     "the one-program sort at every T, to compare")
     args = ap.parse_args()
+    if args.one_program_chunks is not None and args.one_program_chunks < 0:
+        ap.error(f"--one-program-chunks {args.one_program_chunks}: a chunk count >= 0")
     if args.one_program_chunks is not None:
         from kernels.triton import moe_routing
         moe_routing.ONE_PROGRAM_CHUNKS = args.one_program_chunks

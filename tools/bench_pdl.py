@@ -52,13 +52,22 @@ def main() -> None:
     p.add_argument("--act", default="mxfp4", help="the activation format of the W*A* side")
     p.add_argument("--out", help="write the rows as JSON here")
     args = p.parse_args()
+    try:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
+        ms = [int(m) for m in args.ms.split(",")]
+    except ValueError:
+        p.error(f"--shapes {args.shapes!r} / --ms {args.ms!r}: NxK,... and M,... integers, e.g. "
+                "--shapes 8192x8192 --ms 1,16")
+    if any(len(s) != 2 or min(s) <= 0 or s[1] % 32 for s in shapes) or min(ms) <= 0:
+        p.error(f"--shapes {args.shapes!r} / --ms {args.ms!r}: positive N x K with K a multiple "
+                "of 32, positive M")
     if not torch.cuda.is_available():
         sys.exit("bench_pdl: needs a CUDA GPU (programmatic dependent launch is sm_90's)")
     rows = []
     print(f"{'N x K':>12} {'M':>5} | {'W4A16':>13} | {'W4A4 PDL off':>20} | "
           f"{'W4A4 PDL on':>20} | bits")
-    for shape in args.shapes.split(","):
-        n, k = map(int, shape.split("x"))
+    for n, k in shapes:
+        shape = f"{n}x{k}"
         gen = torch.Generator(device="cuda").manual_seed(n + k)
         w = torch.randn(n, k, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.05
         copies = _copies_needed(n * k // 2, "cuda")
@@ -68,7 +77,7 @@ def main() -> None:
         grid_dependency.PDL_VERIFIED = True
         on = layers(w, args.act, copies)
         grid_dependency.PDL_VERIFIED = False
-        for m in map(int, args.ms.split(",")):
+        for m in ms:
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             g16, e16, _ = timed(base, x)
             goff, eoff, want = timed(off, x)
