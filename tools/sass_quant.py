@@ -72,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated layouts")
     p.add_argument("--rounding", default="even")
     p.add_argument("--hist", action="store_true", help="print each variant's opcode counts")
+    p.add_argument("--cvt", action="store_true",
+                   help="quantize: also the variant rounding through the fp8 conversion "
+                        "(kernels/triton/fp8_cast.py), where the format has one")
     args = p.parse_args(argv)
     args.formats = [f for f in args.formats.split(",") if f]
     args.layouts = [lay for lay in args.layouts.split(",") if lay]
@@ -84,23 +87,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def compile_sass(kernel: str, name: str, layout: str, dtype: str,
-                 rounding: str) -> tuple[str, int]:
-    """(SASS text, elements one thread owns) of one variant, compiled for sm_90a."""
+def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
+                 cvt: bool = False) -> tuple[str, int]:
+    """(SASS text, elements one thread owns) of one variant, compiled for sm_90a; `cvt`: the
+    quantize kernel's elements through the fp8 conversion (fp8_cast) where the format has one."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
 
     from kernels.spec.formats import get_format
-    from kernels.triton import mx_quant
+    from kernels.triton import fp8_cast, mx_quant
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     elem = {"bf16": "*i16", "fp16": "*fp16", "fp32": "*i32"}[dtype]
     fmt = get_format(name)
     pack = mx_quant.pack_code(fmt, layout)
     if kernel == "quantize":
         fn = mx_quant._quantize_kernel
-        consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True)
-        ptrs = {"x_ptr": elem, "data_ptr": "*i32" if pack == 2 else "*u8", "scale_ptr": "*u8"}
+        code = fp8_cast.carrier(fmt)[0] if cvt else 0
+        consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
+                                              cvt=code, asm=True)
+        ptrs = {"x_ptr": elem, "data_ptr": "*i32" if pack == 2 else "*u8",
+                "scale_ptr": "*u8"}
     else:
         fn = mx_quant._dequantize_kernel
         consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True)
@@ -130,14 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("TRITON_INTERPRET", None)  # before kernels.triton is imported
     import triton
     print(f"triton {triton.__version__}, sm_90a, {args.kernel}, dtype {args.dtype}")
-    print("| format | layout | instructions | elements/thread | per element |")
-    print("|---|---|---|---|---|")
+    from kernels.spec.formats import get_format
+    from kernels.triton.fp8_cast import carrier
+    print("| format | layout | path | instructions | elements/thread | per element |")
+    print("|---|---|---|---|---|---|")
     for name, layout in variants(args.kernel, args.formats, args.layouts):
-        sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype, args.rounding)
-        n = count_instructions(sass)
-        print(f"| {name} | {layout} | {n} | {per_thread} | {n / per_thread:.1f} |")
-        if args.hist:
-            print("  " + ", ".join(f"{op} {c}" for op, c in opcode_histogram(sass).items()))
+        paths = [False]
+        if args.cvt and args.kernel == "quantize" and carrier(get_format(name))[0]:
+            paths.append(True)
+        for cvt in paths:
+            sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype,
+                                            args.rounding, cvt)
+            n = count_instructions(sass)
+            path = "fp8 cvt" if cvt else "encode"
+            print(f"| {name} | {layout} | {path} | {n} | {per_thread} | {n / per_thread:.1f} |")
+            if args.hist:
+                print("  " + ", ".join(f"{op} {c}" for op, c in opcode_histogram(sass).items()))
     return 0
 
 

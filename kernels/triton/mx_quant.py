@@ -21,13 +21,15 @@ import triton.language as tl
 
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
-from kernels.triton import launcher
+from kernels.spec.platform import device_platform
+from kernels.triton import fp8_cast, launcher
 from kernels.triton.grid_dependency import release_dependents
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
     load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_blocks,
 )
 from kernels.triton.fp6_store import store_fp6_words
+from kernels.triton.fp8_cast import cvt_codes
 
 _WHERE = "kernels.triton.mx_quant"
 
@@ -38,9 +40,13 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      EMAX: tl.constexpr, MAX_NORMAL: tl.constexpr, MAXN_MANT: tl.constexpr,
                      MAXN_SUB: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                      SPECIALS: tl.constexpr, ROUNDING: tl.constexpr, PACK: tl.constexpr,
-                     ROW16B: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                     ROW16B: tl.constexpr, CVT: tl.constexpr, CVT_SHIFT: tl.constexpr,
+                     CVT_CLAMP: tl.constexpr, CVT_ASM: tl.constexpr, BLOCK_R: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
     """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
-    which Triton's own specialization (multiples of 16) misses when K % 256 != 0."""
+    which Triton's own specialization (multiples of 16) misses when K % 256 != 0.
+    CVT != 0: the elements round through an fp8 conversion (fp8_cast.cvt_codes; PTX where
+    CVT_ASM)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -49,13 +55,37 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     NB: tl.constexpr = BLOCK_K // 32
     x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
     v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
-    codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
-    codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
     row_ok = (rows < R)[:, None]
     d_off = rows.to(tl.int64) * stride_d
     if ROW16B:
         d_off = tl.multiple_of(d_off, 4)  # lets whole fp6 tiles use 16-byte vector stores
     d_row = data_ptr + d_off[:, None]
+    if CVT != 0:
+        parts = cvt_codes(x, e, bad, CVT, CVT_SHIFT, CVT_CLAMP, CVT_ASM, PACK == 2)
+        parts = tl.reshape(parts, [BLOCK_R, BLOCK_K])
+        if PACK == 0:
+            cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+            tl.store(d_row + cols[None, :], parts, mask=row_ok & (cols < K)[None, :])
+        else:
+            store_fp6_words(d_row[:, :, None], row_ok[:, :, None], parts, pid_k, K, BLOCK_R,
+                            BLOCK_K)
+    else:
+        _store_codes(v, bad, d_row, row_ok, pid_k, K, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT,
+                     ROUNDING, PACK, BLOCK_R, BLOCK_K)
+    blk = pid_k * NB + tl.arange(0, NB)
+    sbyte = tl.where(bad, 255, e + 127).to(tl.uint8)
+    tl.store(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :], sbyte,
+             mask=row_ok & (blk < K // 32)[None, :])
+
+
+@triton.jit
+def _store_codes(v, bad, d_row, row_ok, pid_k, K, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                 MAX_NORMAL: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
+                 ROUNDING: tl.constexpr, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """Scaled blocks -> element codes by `encode`, stored in layout PACK."""
+    codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
+    codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
     if PACK == 0:
         cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
         tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
@@ -67,10 +97,6 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     else:
         store_fp6_words(d_row[:, :, None], row_ok[:, :, None], codes, pid_k, K, BLOCK_R,
                          BLOCK_K)
-    blk = pid_k * NB + tl.arange(0, NB)
-    sbyte = tl.where(bad, 255, e + 127).to(tl.uint8)
-    tl.store(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :], sbyte,
-             mask=row_ok & (blk < K // 32)[None, :])
 
 
 @triton.jit
@@ -220,13 +246,18 @@ def pack_code(fmt: ElemFormat, layout: str) -> int:
 
 
 def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, rounding: str,
-                        rows16b: bool) -> dict:
+                        rows16b: bool, cvt: int = 0, asm: bool = False) -> dict:
     """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: packed mxfp6
-    data whose row stride in int32 words is a multiple of 4 (16-byte vector stores)."""
+    data whose row stride in int32 words is a multiple of 4 (16-byte vector stores); `cvt`:
+    fp8_cast's CVT code (0: `encode`), through PTX where `asm`."""
     pack = pack_code(fmt, layout)
     consts = format_constexprs(fmt)
-    consts.update(IN_KIND=KIND_OF_DTYPE[dtype], ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
-                  PACK=pack, ROW16B=pack == 2 and rows16b)
+    rcode = ROUNDING_CODE[check_rounding(rounding)]
+    shift = fp8_cast.carrier(fmt)[1] if cvt else 0
+    consts.update(IN_KIND=KIND_OF_DTYPE[dtype], ROUNDING=rcode, PACK=pack,
+                  ROW16B=pack == 2 and rows16b, CVT=cvt, CVT_SHIFT=shift,
+                  CVT_CLAMP=fp8_cast.clamp_of(fmt, shift, rounding) if cvt else 0.0,
+                  CVT_ASM=bool(cvt) and asm)
     return consts
 
 
@@ -251,6 +282,7 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     check_rounding(rounding)
     r, k = x.shape
     pack = pack_code(fmt, layout)
+    cvt = fp8_cast.cvt_here(fmt, _INTERPRETED, device_platform(x.device).sm)
     scales = torch.empty((r, k // BLOCK), dtype=torch.uint8, device=x.device)
     if pack == 2:  # written as int32 words, returned as their little-endian bytes
         words = torch.empty((r, 3 * k // 16), dtype=torch.int32, device=x.device)
@@ -259,7 +291,8 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
         words = data = torch.empty((r, bytes_per_row(fmt, layout, k)), dtype=torch.uint8,
                                    device=x.device)
     if r and k:
-        consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0)
+        consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0,
+                                     cvt, asm=not _INTERPRETED)
         _launch(_quantize_kernel, (bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales

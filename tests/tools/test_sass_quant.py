@@ -68,10 +68,18 @@ def test_compiles_one_variant_offline() -> None:
         pytest.skip("no ptxas in this triton install")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_quant.py"), "--formats",
-                          "mxfp4", "--layouts", "packed"],
-                         capture_output=True, text=True, env=env, timeout=300)
+                          "mxfp4,mxfp6_e2m3,mxfp8_e5m2", "--layouts", "packed,unpacked", "--cvt"],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    row = [line for line in out.stdout.splitlines() if line.startswith("| mxfp4 | packed")]
-    assert row, out.stdout
-    per_element = float(row[0].split("|")[5])
-    assert 5 < per_element < 30, row[0]  # bf16 mxfp4 packed: ~21 on triton 3.6
+    per_element = {}
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 6 and cells[0] in ("mxfp4", "mxfp6_e2m3", "mxfp8_e5m2"):
+            per_element[(cells[0], cells[1], cells[2])] = float(cells[5])
+    assert 5 < per_element[("mxfp4", "packed", "encode")] < 30, out.stdout  # ~21 (triton 3.6)
+    assert ("mxfp4", "packed", "fp8 cvt") not in per_element  # no fp8 format carries e2m1
+    # the fp8 conversion's PTX compiles (ptxas) and cuts the element work of every layout
+    for fmt, layout in (("mxfp6_e2m3", "packed"), ("mxfp6_e2m3", "unpacked"),
+                        ("mxfp8_e5m2", "unpacked")):
+        cvt, enc = per_element[(fmt, layout, "fp8 cvt")], per_element[(fmt, layout, "encode")]
+        assert cvt < 0.9 * enc, (fmt, layout, cvt, enc)

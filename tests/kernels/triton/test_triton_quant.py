@@ -17,10 +17,12 @@ import torch
 from kernels.reference import mx as ref
 from kernels.reference.packing import pack_codes
 from kernels.spec.formats import FORMATS, ROUNDINGS, ElemFormat, bytes_per_row
+from kernels.triton import fp8_cast
 from kernels.triton import mx_quant as _tri
 from kernels.triton import qdq_plan as _qdq
 
 from support.device import DEVICE
+from support.fp8_path import through_fp8_cvt
 
 
 class _OnDevice:
@@ -145,11 +147,30 @@ def test_bits_match_reference(name: str, layout: str, rounding: str) -> None:
                     f"qdq vs dq(q) {where}")
 
 
-@pytest.mark.parametrize("name", ["mxfp4", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8"])
-def test_shapes_strides_and_masking(name: str) -> None:
+CVT_FMT_LAYOUTS = [(name, layout) for name, layout in FMT_LAYOUTS
+                   if fp8_cast.carrier(FORMATS[name])[0]]
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("name,layout", CVT_FMT_LAYOUTS)
+def test_bits_through_fp8_cvt_match_reference(name: str, layout: str, rounding: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same inputs and checks with the elements rounded by the fp8 conversion."""
+    through_fp8_cvt(monkeypatch, FORMATS[name])
+    test_bits_match_reference(name, layout, rounding)
+
+
+@pytest.mark.parametrize("name,path", [(name, path) for name in ("mxfp4", "mxfp6_e3m2",
+                                                                  "mxfp8_e4m3", "mxint8")
+                                        for path in ("encode", "fp8 cvt")
+                                        if path == "encode" or fp8_cast.carrier(FORMATS[name])[0]])
+def test_shapes_strides_and_masking(name: str, path: str,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """K = 32, K < / not a multiple of the tile, R not a multiple of BLOCK_R, a flattened 3-D
     input, a row-strided view, and zero rows."""
     fmt = FORMATS[name]
+    if path == "fp8 cvt":
+        through_fp8_cvt(monkeypatch, fmt)
     layout = "packed" if fmt.bits < 8 else "unpacked"
     gen = torch.Generator().manual_seed(7)
     cases = [torch.randn(1, 32, generator=gen), torch.randn(17, 32, generator=gen),

@@ -6,8 +6,6 @@ reference dequantization (test_fp6_words, test_fp8_words, test_wgmma_layout). So
 that drifts from its twin fails here, not only on an H200."""
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
@@ -16,44 +14,7 @@ from kernels.triton import fp6_words as f6
 from kernels.triton import fp8_words as f8
 from kernels.triton import wgmma_decode as wd
 
-MASK = 0xFFFFFFFF
-
-
-def run_ptx(asm: str, inputs: dict[str, int]) -> dict[str, int]:
-    """Execute the asm body on 32-bit ints; `inputs` maps "$8".. to values. The multiply is
-    left out (mul.rn.bf16x2 d, a, s: d = a) so the outputs are the patterns before the scale;
-    returns the 16-bit outputs "$0".. ."""
-    regs = dict(inputs)
-    body = re.sub(r"\.reg[^;]*;", "", asm).replace("{", " ").replace("}", " ")
-    for ins in filter(None, (i.strip() for i in body.split(";"))):
-        op, args = ins.split(None, 1)
-        if op == "mov.b32":  # mov.b32 {$lo, $hi}, a
-            lo, hi, src = re.match(r"\s*(\$\d+)\s*,\s*(\$\d+)\s*,\s*(\w+)", args.replace(
-                "{", "").replace("}", "")).groups()
-            regs[lo], regs[hi] = regs[src] & 0xFFFF, regs[src] >> 16
-            continue
-        d, *src = [a.strip() for a in args.split(",")]
-        v = [regs[a] if a in regs else int(a, 0) for a in src]
-        if op == "and.b32":
-            r = v[0] & v[1]
-        elif op == "or.b32":
-            r = v[0] | v[1]
-        elif op == "shl.b32":
-            r = (v[0] << v[1]) & MASK
-        elif op == "shr.b32":
-            r = v[0] >> v[1]
-        elif op == "shf.r.wrap.b32":  # funnel shift of (hi:lo) right by n & 31
-            n = v[2] & 31
-            r = (((v[1] << 32) | v[0]) >> n) & MASK
-        elif op == "add.u32":
-            r = (v[0] + v[1]) & MASK
-        elif op == "mul.rn.bf16x2":
-            r = v[0]
-        else:
-            raise AssertionError(f"instruction {op!r} is not modelled: extend run_ptx")
-        regs[d] = r
-    return {k: v for k, v in regs.items() if k.startswith("$") and int(k[1:]) < 8}
-
+from support.ptx_model import MASK, run_ptx
 
 def patterns(out: dict[str, int]) -> list[int]:
     return [out[f"${2 * p}"] | (out[f"${2 * p + 1}"] << 16) for p in range(4)]

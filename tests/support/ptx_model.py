@@ -1,0 +1,75 @@
+"""A small CPU interpreter of the PTX our inline-asm strings use, so CPU CI runs each string
+against its Triton / torch twin (tests/kernels/triton/test_wgmma_ptx.py, test_fp8_cast.py).
+
+Modelled: and / or / shl / shr / shf.r.wrap / add on 32-bit words; mov.b32 of a word, of two
+16-bit halves into a word (`mov.b32 d, {lo, hi}`) and out of one (`mov.b32 {lo, hi}, a`);
+mul.rn.bf16x2 as the identity (callers compare the patterns before the scale); and
+cvt.rn.satfinite.{e4m3,e5m2}x2.f32 through ml_dtypes' round-to-nearest-even casts, an oracle
+written apart from ours (kernels.reference, mx_codec.encode).
+"""
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+
+MASK = 0xFFFFFFFF
+_FP8 = {"e4m3": (ml_dtypes.float8_e4m3fn, 448.0), "e5m2": (ml_dtypes.float8_e5m2, 57344.0)}
+
+
+def cvt_fp8(bits: int, fp8: str) -> int:
+    """PTX cvt.rn.satfinite.<fp8>x2.f32 of one fp32 (bit pattern): the fp8 byte, rounded to
+    nearest even, a finite value past the max finite saturated to it (PTX ISA: satfinite), NaN
+    to the canonical NaN 0x7F."""
+    dtype, top = _FP8[fp8]
+    value = np.array([bits & MASK], dtype=np.uint32).view(np.float32)
+    if np.isnan(value[0]):
+        return 0x7F
+    value = np.clip(value, -top, top)  # saturate before rounding: the same RNE result
+    return int(value.astype(dtype).view(np.uint8)[0])
+
+
+def run_ptx(asm: str, inputs: dict[str, int]) -> dict[str, int]:
+    """Execute the asm body on ints; `inputs` maps operand names ("$8", ...) to values (32-bit
+    words; fp32 operands as their bit patterns). Returns every "$" operand after the run."""
+    regs = dict(inputs)
+    body = re.sub(r"\.reg[^;]*;", "", asm).strip()
+    body = re.sub(r"^\{|\}$", "", body)  # the block braces; a mov's braces stay
+    for ins in filter(None, (i.strip() for i in body.split(";"))):
+        op, args = ins.split(None, 1)
+        if op == "mov.b32" and "{" in args:
+            names = re.findall(r"[$\w]+", args)
+            if args.strip().startswith("{"):  # mov.b32 {lo, hi}, a
+                lo, hi, src = names
+                regs[lo], regs[hi] = regs[src] & 0xFFFF, regs[src] >> 16
+            else:  # mov.b32 d, {lo, hi}
+                d, lo, hi = names
+                regs[d] = (regs[lo] & 0xFFFF) | ((regs[hi] & 0xFFFF) << 16)
+            continue
+        d, *src = [a.strip() for a in args.split(",")]
+        v = [regs[a] if a in regs else int(a, 0) for a in src]
+        if op == "mov.b32":
+            r = v[0] & MASK
+        elif op == "and.b32":
+            r = v[0] & v[1]
+        elif op == "or.b32":
+            r = v[0] | v[1]
+        elif op == "shl.b32":
+            r = (v[0] << v[1]) & MASK
+        elif op == "shr.b32":
+            r = (v[0] & MASK) >> v[1]
+        elif op == "shf.r.wrap.b32":  # funnel shift of (hi:lo) right by n & 31
+            n = v[2] & 31
+            r = (((v[1] << 32) | v[0]) >> n) & MASK
+        elif op == "add.u32":
+            r = (v[0] + v[1]) & MASK
+        elif op == "mul.rn.bf16x2":
+            r = v[0]
+        elif (m := re.fullmatch(r"cvt\.rn\.satfinite\.(e4m3|e5m2)x2\.f32", op)):
+            # d = {hi: cvt(a), lo: cvt(b)}
+            r = (cvt_fp8(v[0], m.group(1)) << 8) | cvt_fp8(v[1], m.group(1))
+        else:
+            raise AssertionError(f"instruction {op!r} is not modelled: extend run_ptx")
+        regs[d] = r
+    return {k: v for k, v in regs.items() if k.startswith("$")}
