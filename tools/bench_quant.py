@@ -43,7 +43,7 @@ from kernels.spec.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
 from kernels.spec.platform import device_platform  # noqa: E402
 from timing import median_ms  # noqa: E402
 from kernels.reference import mx as ref  # noqa: E402
-from kernels.triton import fp8_cast  # noqa: E402
+from kernels.triton import hw_cvt  # noqa: E402
 from kernels.triton import mx_quant as tri  # noqa: E402
 
 ROTATE = 4  # input buffers cycled through while timing
@@ -135,31 +135,30 @@ def check_bits(x: torch.Tensor, name: str, layout: str, rounding: str) -> list[s
     return bad
 
 
-def paths(name: str, choice: str) -> list[bool | None]:
-    """fp8_cast's gate a case runs under: None as it stands, else forced off / on ('both': the
-    gate off, then on where the format has an fp8 carrier; only quantize differs)."""
-    has = bool(fp8_cast.carrier(FORMATS[name])[0])
-    return {"gate": [None], "off": [False], "on": [True] if has else [],
-            "both": [False, True] if has else [False]}[choice]
+def paths(choice: str) -> list[bool | None]:
+    """hw_cvt's gate a case runs under: None as it stands, else forced off / on / both ways
+    (quantize of mxfp4 / mxint8 has no such path: its two rows time one kernel twice, the
+    run's spread)."""
+    return {"gate": [None], "off": [False], "on": [True], "both": [False, True]}[choice]
 
 
 def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
              copy_tbs: float, time_reference: bool, seed: int,
              only: tuple = ("quantize", "dequantize", "qdq"),
              cvt: bool | None = None) -> tuple[list[dict], list[str]]:
-    """One case's bit checks and timings; `cvt` sets fp8_cast's gate for it (None: as it is)."""
+    """One case's bit checks and timings; `cvt` sets hw_cvt's gate for it (None: as it is)."""
     if cvt is None:
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
-    kept = fp8_cast.CVT_VERIFIED
-    fp8_cast.CVT_VERIFIED = cvt
+    kept = hw_cvt.CVT_VERIFIED
+    hw_cvt.CVT_VERIFIED = cvt
     try:
-        if cvt:  # dequantize and qdq do not take the path
-            only = tuple(k for k in only if k == "quantize")
+        if cvt:  # qdq does not take the paths
+            only = tuple(k for k in only if k != "qdq")
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference,
                          seed, only)
     finally:
-        fp8_cast.CVT_VERIFIED = kept
+        hw_cvt.CVT_VERIFIED = kept
 
 
 def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
@@ -206,9 +205,8 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
         pack = tri.pack_code(fmt, layout)
         config = ("interpreter" if tri._INTERPRETED
                   else f"{tri.gpu_tile(kernel, pack)}, num_warps {tri.GPU_WARPS}")
-        if kernel == "quantize" and fp8_cast.cvt_here(fmt, tri._INTERPRETED,
-                                                      device_platform(device).sm):
-            config += ", fp8 cvt"
+        if hw_cvt.enabled(tri._INTERPRETED, device_platform(device).sm) and kernel != "qdq":
+            config += ", hw cvt"
         g_ms = graph_ms(tri_fn, inputs, device)
         ref_ms = median_ms(rotating(ref_fn, inputs), device) if time_reference else None
         tbs = nbytes / (ms * 1e-3) / 1e12
@@ -232,10 +230,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip timing the (slow) torch reference")
     parser.add_argument("--kernels", default="quantize,dequantize,qdq",
                         help="comma-separated kernels to time (default: all three)")
-    parser.add_argument("--fp8-cvt", choices=("gate", "off", "on", "both"), default="gate",
-                        help="quantize's elements through the fp8 conversion (fp8_cast): as "
-                             "its gate says, off, on (formats with an fp8 carrier only), or "
-                             "both, one row each")
+    parser.add_argument("--hw-cvt", choices=("gate", "off", "on", "both"), default="gate",
+                        help="quantize / dequantize through the GPU's conversion instructions "
+                             "(kernels/triton/hw_cvt.py): as its gate says, off, on, or both, "
+                             "one row each")
     args = parser.parse_args(argv)
     try:
         r, k = (int(v) for v in args.shape.lower().split("x"))
@@ -261,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kernels {args.kernels!r}: a comma-separated subset of quantize, "
                      "dequantize, qdq")
     runs = [(case, cvt) for case in cases(args.quick, roundings)
-            for cvt in paths(case[0], args.fp8_cvt)]
+            for cvt in paths(args.hw_cvt)]
     for i, ((fmt_name, layout, rounding), cvt) in enumerate(runs):
         rows, bad = run_case(fmt_name, layout, rounding, (r, k), device, copy_tbs,
                              not args.no_reference_time, seed=i, only=only, cvt=cvt)

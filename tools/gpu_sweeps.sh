@@ -23,9 +23,10 @@
 #      since part 10): the three shapes x three schemes x T = 1 / 16 / 256 / 2048; then
 #      DeepSeek-like w_mxfp4 with the one-program routing sort at every T (what ran before
 #      moe_routing's many-program sort) to see what the sort took.
-#   7. quantize through the fp8 conversion (kernels/triton/fp8_cast.py, gated CVT_VERIFIED):
-#      mxfp8 / mxfp6 at 8192², the gate off and on in one run, bits checked first (offline SASS:
-#      19.0 -> 9.0 instructions an element for mxfp8, 23.1 -> 16.4 for packed mxfp6).
+#   7. quantize / dequantize through the GPU's conversion instructions (kernels/triton/
+#      hw_cvt.py, gated CVT_VERIFIED): every format at 8192², the gate off and on in one run,
+#      bits checked first (offline SASS, bf16: quantize mxfp8 19.0 -> 9.0 instructions an
+#      element, packed mxfp6 23.1 -> 16.4; dequantize e4m3 19.4 -> 7.1, packed mxfp6 15.6 -> 11.6).
 # Earlier sweeps (ws at M = 1..128, MoE experts through ws and the wide tile, both wide tiles
 # against dequant-gemm, MXFP8 x MXFP8 ws): git history, docs/benchmarks.md parts 13-16. Each
 # step has its own time limit; JSON and logs go to $OUT.
@@ -67,5 +68,5 @@ step moe "${MOE_S:-400}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 
   set -- $s; python3 tools/bench_moe.py --backends triton --experts $1 --top-k $2 --n $3 --k $4
 done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 2048 --k 7168 \
   --schemes w_mxfp4 --t 256,2048 --one-program-chunks 1000000'
-step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even --kernels quantize \
-  --no-reference-time --fp8-cvt both --out "$OUT/quant_cvt.json"
+step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
+  --kernels quantize,dequantize --no-reference-time --hw-cvt both --out "$OUT/quant_cvt.json"

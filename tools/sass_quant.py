@@ -73,8 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounding", default="even")
     p.add_argument("--hist", action="store_true", help="print each variant's opcode counts")
     p.add_argument("--cvt", action="store_true",
-                   help="quantize: also the variant rounding through the fp8 conversion "
-                        "(kernels/triton/fp8_cast.py), where the format has one")
+                   help="also the variant converting through fp8 (kernels/triton/hw_cvt.py), "
+                        "where the format has an fp8 carrier")
     args = p.parse_args(argv)
     args.formats = [f for f in args.formats.split(",") if f]
     args.layouts = [lay for lay in args.layouts.split(",") if lay]
@@ -90,27 +90,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
                  cvt: bool = False) -> tuple[str, int]:
     """(SASS text, elements one thread owns) of one variant, compiled for sm_90a; `cvt`: the
-    quantize kernel's elements through the fp8 conversion (fp8_cast) where the format has one."""
+    quantize kernel's elements through the fp8 conversion (hw_cvt) where the format has one."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
 
     from kernels.spec.formats import get_format
-    from kernels.triton import fp8_cast, mx_quant
+    from kernels.triton import hw_cvt, mx_quant
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     elem = {"bf16": "*i16", "fp16": "*fp16", "fp32": "*i32"}[dtype]
     fmt = get_format(name)
     pack = mx_quant.pack_code(fmt, layout)
     if kernel == "quantize":
         fn = mx_quant._quantize_kernel
-        code = fp8_cast.carrier(fmt)[0] if cvt else 0
+        code = hw_cvt.carrier(fmt)[0] if cvt else 0
         consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
                                               cvt=code, asm=True)
         ptrs = {"x_ptr": elem, "data_ptr": "*i32" if pack == 2 else "*u8",
                 "scale_ptr": "*u8"}
     else:
         fn = mx_quant._dequantize_kernel
-        consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True)
+        code = hw_cvt.carrier(fmt)[0] if cvt else 0
+        sat = cvt and dtype != "fp32" and fmt.specials != "ieee"
+        consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True, cvt=code,
+                                                sat_cast=sat)
         ptrs = {"data_ptr": "*i32" if pack else "*u8", "scale_ptr": "*u8", "out_ptr": elem}
     tile = mx_quant.gpu_tile(kernel, pack)
     consts.update(tile)
@@ -138,18 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     import triton
     print(f"triton {triton.__version__}, sm_90a, {args.kernel}, dtype {args.dtype}")
     from kernels.spec.formats import get_format
-    from kernels.triton.fp8_cast import carrier
+    from kernels.triton.hw_cvt import carrier
     print("| format | layout | path | instructions | elements/thread | per element |")
     print("|---|---|---|---|---|---|")
     for name, layout in variants(args.kernel, args.formats, args.layouts):
         paths = [False]
-        if args.cvt and args.kernel == "quantize" and carrier(get_format(name))[0]:
+        if args.cvt and (carrier(get_format(name))[0] or args.kernel == "dequantize"):
             paths.append(True)
         for cvt in paths:
             sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype,
                                             args.rounding, cvt)
             n = count_instructions(sass)
-            path = "fp8 cvt" if cvt else "encode"
+            path = ("hw cvt" if cvt else "encode") if args.kernel == "quantize" else (
+                "hw cvt" if cvt else "decode")
             print(f"| {name} | {layout} | {path} | {n} | {per_thread} | {n / per_thread:.1f} |")
             if args.hist:
                 print("  " + ", ".join(f"{op} {c}" for op, c in opcode_histogram(sass).items()))

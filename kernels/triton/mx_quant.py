@@ -22,14 +22,14 @@ import triton.language as tl
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
 from kernels.spec.platform import device_platform
-from kernels.triton import fp8_cast, launcher
+from kernels.triton import hw_cvt, launcher
 from kernels.triton.grid_dependency import release_dependents
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
     load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_blocks,
 )
 from kernels.triton.fp6_store import store_fp6_words
-from kernels.triton.fp8_cast import cvt_codes
+from kernels.triton.hw_cvt import cvt_codes, cvt_values, satfinite_cast
 
 _WHERE = "kernels.triton.mx_quant"
 
@@ -45,7 +45,7 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      BLOCK_K: tl.constexpr):
     """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
     which Triton's own specialization (multiples of 16) misses when K % 256 != 0.
-    CVT != 0: the elements round through an fp8 conversion (fp8_cast.cvt_codes; PTX where
+    CVT != 0: the elements round through an fp8 conversion (hw_cvt.cvt_codes; PTX where
     CVT_ASM)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
@@ -104,7 +104,10 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                        stride_o, OUT_KIND: tl.constexpr, MBITS: tl.constexpr,
                        BIAS: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                        SPECIALS: tl.constexpr, PACK: tl.constexpr, HW_CAST: tl.constexpr,
-                       BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                       CVT: tl.constexpr, CVT_SHIFT: tl.constexpr, CVT_ASM: tl.constexpr,
+                       SAT_CAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """CVT != 0: the codes decode through the fp8 -> f16 conversion (hw_cvt.cvt_values);
+    SAT_CAST: the output is saturated and rounded by one conversion (hw_cvt.satfinite_cast)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -113,17 +116,36 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
     NB: tl.constexpr = BLOCK_K // 32
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = (rows < R)[:, None]
-    codes = load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K)
     blk = pid_k * NB + tl.arange(0, NB)
     sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
                     mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
-    elem = decode(tl.reshape(codes, [BLOCK_R, NB, 32]), MBITS, BIAS, BITS, IS_INT, SPECIALS)
-    # a NaN scale (0xFF): the whole block NaN; beyond the dtype's max: +-max (Inf codes stay)
-    val = scaled_saturated(elem, e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
+    if CVT != 0 and PACK == 0:
+        # 8 codes a thread, as the output's 16-byte stores hold: the asm below keeps Triton
+        # from moving the layout conversion to the bytes (measured by sass_quant: 3 barriers
+        # for 5)
+        cols = tl.max_contiguous(pid_k * BLOCK_K + tl.arange(0, BLOCK_K), 8)
+        d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
+        codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
+        elem = cvt_values(tl.reshape(codes, [BLOCK_R, NB, 32]), CVT, CVT_SHIFT, CVT_ASM)
+    else:
+        codes = load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K)
+        codes = tl.reshape(codes, [BLOCK_R, NB, 32])
+        if CVT != 0:
+            elem = cvt_values(codes.to(tl.uint8), CVT, CVT_SHIFT, CVT_ASM)
+        else:
+            elem = decode(codes, MBITS, BIAS, BITS, IS_INT, SPECIALS)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
-               tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
-               HW_CAST)
+    out = out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :]
+    if SAT_CAST:
+        val = elem * e8m0_value(sbyte)[:, :, None]
+        tl.store(out, satfinite_cast(tl.reshape(val, [BLOCK_R, BLOCK_K]), OUT_KIND),
+                 mask=row_ok & (cols < K)[None, :])
+    else:
+        # a NaN scale (0xFF): the whole block NaN; beyond the dtype's max: +-max (Inf codes
+        # stay)
+        val = scaled_saturated(elem, e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
+        store_fp32(out, tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :],
+                   OUT_KIND, HW_CAST)
 
 
 @triton.jit
@@ -249,26 +271,28 @@ def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, roundi
                         rows16b: bool, cvt: int = 0, asm: bool = False) -> dict:
     """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: packed mxfp6
     data whose row stride in int32 words is a multiple of 4 (16-byte vector stores); `cvt`:
-    fp8_cast's CVT code (0: `encode`), through PTX where `asm`."""
+    hw_cvt's CVT code (0: `encode`), through PTX where `asm`."""
     pack = pack_code(fmt, layout)
     consts = format_constexprs(fmt)
     rcode = ROUNDING_CODE[check_rounding(rounding)]
-    shift = fp8_cast.carrier(fmt)[1] if cvt else 0
+    shift = hw_cvt.carrier(fmt)[1] if cvt else 0
     consts.update(IN_KIND=KIND_OF_DTYPE[dtype], ROUNDING=rcode, PACK=pack,
                   ROW16B=pack == 2 and rows16b, CVT=cvt, CVT_SHIFT=shift,
-                  CVT_CLAMP=fp8_cast.clamp_of(fmt, shift, rounding) if cvt else 0.0,
+                  CVT_CLAMP=hw_cvt.clamp_of(fmt, shift, rounding) if cvt else 0.0,
                   CVT_ASM=bool(cvt) and asm)
     return consts
 
 
 def dequantize_constexprs(fmt: ElemFormat, layout: str, out_dtype: torch.dtype,
-                          hw_cast: bool) -> dict:
-    """_dequantize_kernel's constexprs (also tools/sass_quant.py's)."""
+                          hw_cast: bool, cvt: int = 0, sat_cast: bool = False) -> dict:
+    """_dequantize_kernel's constexprs (also tools/sass_quant.py's); `cvt` as for quantize,
+    through PTX where `hw_cast` (a compiled kernel); `sat_cast`: hw_cvt.sat_cast_here's."""
     consts = format_constexprs(fmt)
     for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
         consts.pop(name)
     consts.update(OUT_KIND=KIND_OF_DTYPE[out_dtype], PACK=pack_code(fmt, layout),
-                  HW_CAST=hw_cast)
+                  HW_CAST=hw_cast, CVT=cvt, CVT_SHIFT=hw_cvt.carrier(fmt)[1] if cvt else 0,
+                  CVT_ASM=bool(cvt) and hw_cast, SAT_CAST=sat_cast)
     return consts
 
 
@@ -282,7 +306,7 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     check_rounding(rounding)
     r, k = x.shape
     pack = pack_code(fmt, layout)
-    cvt = fp8_cast.cvt_here(fmt, _INTERPRETED, device_platform(x.device).sm)
+    cvt = hw_cvt.cvt_here(fmt, _INTERPRETED, device_platform(x.device).sm)
     scales = torch.empty((r, k // BLOCK), dtype=torch.uint8, device=x.device)
     if pack == 2:  # written as int32 words, returned as their little-endian bytes
         words = torch.empty((r, 3 * k // 16), dtype=torch.int32, device=x.device)
@@ -329,7 +353,11 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
             data = data.clone().view(torch.int32)
     out = torch.empty((r, k), dtype=out_dtype, device=data.device)
     if r and k:
-        consts = dequantize_constexprs(fmt, layout, out_dtype, hw_cast=not _INTERPRETED)
+        sm = device_platform(data.device).sm
+        consts = dequantize_constexprs(
+            fmt, layout, out_dtype, hw_cast=not _INTERPRETED,
+            cvt=hw_cvt.cvt_here(fmt, _INTERPRETED, sm),
+            sat_cast=hw_cvt.sat_cast_here(fmt, KIND_OF_DTYPE[out_dtype], _INTERPRETED, sm))
         _launch(_dequantize_kernel, (data, scales, bits_view(out)), r, k,
                 (data.stride(0), scales.stride(0), out.stride(0)), consts)
     return out

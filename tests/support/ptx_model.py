@@ -1,11 +1,12 @@
 """A small CPU interpreter of the PTX our inline-asm strings use, so CPU CI runs each string
-against its Triton / torch twin (tests/kernels/triton/test_wgmma_ptx.py, test_fp8_cast.py).
+against its Triton / torch twin (tests/kernels/triton/test_wgmma_ptx.py, test_hw_cvt.py).
 
 Modelled: and / or / shl / shr / shf.r.wrap / add on 32-bit words; mov.b32 of a word, of two
 16-bit halves into a word (`mov.b32 d, {lo, hi}`) and out of one (`mov.b32 {lo, hi}, a`);
-mul.rn.bf16x2 as the identity (callers compare the patterns before the scale); and
-cvt.rn.satfinite.{e4m3,e5m2}x2.f32 through ml_dtypes' round-to-nearest-even casts, an oracle
-written apart from ours (kernels.reference, mx_codec.encode).
+mul.rn.bf16x2 as the identity (callers compare the patterns before the scale), mul.rn.f16x2 as
+numpy's f16 multiply; and the conversions cvt.rn.satfinite.{e4m3,e5m2,bf16,f16}x2.f32,
+cvt.rn.f16x2.{e4m3,e5m2}x2 and cvt.f32.f16 through ml_dtypes' / numpy's round-to-nearest-even
+casts, an oracle written apart from ours (kernels.reference, mx_codec).
 """
 from __future__ import annotations
 
@@ -28,6 +29,30 @@ def cvt_fp8(bits: int, fp8: str) -> int:
         return 0x7F
     value = np.clip(value, -top, top)  # saturate before rounding: the same RNE result
     return int(value.astype(dtype).view(np.uint8)[0])
+
+
+def cvt_sat16(bits: int, dtype: str) -> int:
+    """PTX cvt.rn.satfinite.<bf16|f16>x2.f32 of one fp32: the 16-bit pattern, RNE, a finite
+    value past the max or an Inf -> +-max, NaN -> the canonical NaN 0x7FFF."""
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else np.float16
+    value = np.array([bits & MASK], dtype=np.uint32).view(np.float32)
+    if np.isnan(value[0]):
+        return 0x7FFF
+    top = float(ml_dtypes.finfo(np_dtype).max)
+    return int(np.clip(value, -top, top).astype(np_dtype).view(np.uint16)[0])
+
+
+def f16_of_fp8(byte: int, fp8: str) -> int:
+    """PTX cvt.rn.f16x2.<fp8>x2 of one byte: the f16 pattern (every e4m3 / e5m2 value is an f16
+    value; NaN -> 0x7FFF)."""
+    value = np.array([byte & 0xFF], dtype=np.uint8).view(_FP8[fp8][0]).astype(np.float32)
+    if np.isnan(value[0]):
+        return 0x7FFF
+    return int(value.astype(np.float16).view(np.uint16)[0])
+
+
+def _f16(bits: int) -> np.ndarray:
+    return np.array([bits & 0xFFFF], dtype=np.uint16).view(np.float16)
 
 
 def run_ptx(asm: str, inputs: dict[str, int]) -> dict[str, int]:
@@ -66,9 +91,20 @@ def run_ptx(asm: str, inputs: dict[str, int]) -> dict[str, int]:
             r = (v[0] + v[1]) & MASK
         elif op == "mul.rn.bf16x2":
             r = v[0]
+        elif op == "mul.rn.f16x2":
+            halves = [int((_f16(v[0] >> s) * _f16(v[1] >> s)).view(np.uint16)[0])
+                      for s in (0, 16)]
+            r = halves[0] | halves[1] << 16
         elif (m := re.fullmatch(r"cvt\.rn\.satfinite\.(e4m3|e5m2)x2\.f32", op)):
             # d = {hi: cvt(a), lo: cvt(b)}
             r = (cvt_fp8(v[0], m.group(1)) << 8) | cvt_fp8(v[1], m.group(1))
+        elif (m := re.fullmatch(r"cvt\.rn\.satfinite\.(bf16|f16)x2\.f32", op)):
+            r = (cvt_sat16(v[0], m.group(1)) << 16) | cvt_sat16(v[1], m.group(1))
+        elif (m := re.fullmatch(r"cvt\.rn\.f16x2\.(e4m3|e5m2)x2", op)):
+            # d = {hi: f16(a's high byte), lo: f16(a's low byte)}
+            r = f16_of_fp8(v[0], m.group(1)) | f16_of_fp8(v[0] >> 8, m.group(1)) << 16
+        elif op == "cvt.f32.f16":
+            r = int(_f16(v[0]).astype(np.float32).view(np.uint32)[0])
         else:
             raise AssertionError(f"instruction {op!r} is not modelled: extend run_ptx")
         regs[d] = r

@@ -15,10 +15,10 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from kernels.triton import fp8_cast, mx_quant
+from kernels.triton import hw_cvt, mx_quant
 
 from support.device import DEVICE
-from support.fp8_path import through_fp8_cvt
+from support.hw_cvt_path import through_hw_cvt
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
@@ -29,8 +29,8 @@ RUNS = (1024, 8192)  # runs of patterns by magnitude: 4 / 32 bf16 binades (0.5 /
 FP_LAYOUTS = [(name, layout) for name, f in FORMATS.items() if not f.is_int
               for layout in (("packed", "unpacked") if f.bits < 8 else ("unpacked",))]
 # each layout through `encode`, and through the fp8 conversion where the format has one
-PATHS = [(name, layout, path) for name, layout in FP_LAYOUTS for path in ("encode", "fp8 cvt")
-         if path == "encode" or fp8_cast.carrier(FORMATS[name])[0]]
+PATHS = [(name, layout, path) for name, layout in FP_LAYOUTS for path in ("encode", "hw cvt")
+         if path == "encode" or hw_cvt.carrier(FORMATS[name])[0]]
 
 
 def every_value(dtype: torch.dtype) -> torch.Tensor:
@@ -65,8 +65,8 @@ def test_every_value(name: str, layout: str, path: str, dtype: torch.dtype,
     monkeypatch.setattr(mx_quant, "INTERPRETER_TILE", TILE)
     monkeypatch.setattr(mx_quant, "GPU_TILE", TILE)
     fmt = FORMATS[name]
-    if path == "fp8 cvt":
-        through_fp8_cvt(monkeypatch, fmt)
+    if path == "hw cvt":
+        through_hw_cvt(monkeypatch, fmt)
     x = every_value(dtype)
     xd = x.to(DEVICE)
     for rounding in ROUNDINGS:

@@ -17,12 +17,12 @@ import torch
 from kernels.reference import mx as ref
 from kernels.reference.packing import pack_codes
 from kernels.spec.formats import FORMATS, ROUNDINGS, ElemFormat, bytes_per_row
-from kernels.triton import fp8_cast
+from kernels.triton import hw_cvt
 from kernels.triton import mx_quant as _tri
 from kernels.triton import qdq_plan as _qdq
 
 from support.device import DEVICE
-from support.fp8_path import through_fp8_cvt
+from support.hw_cvt_path import through_hw_cvt
 
 
 class _OnDevice:
@@ -147,30 +147,28 @@ def test_bits_match_reference(name: str, layout: str, rounding: str) -> None:
                     f"qdq vs dq(q) {where}")
 
 
-CVT_FMT_LAYOUTS = [(name, layout) for name, layout in FMT_LAYOUTS
-                   if fp8_cast.carrier(FORMATS[name])[0]]
-
-
 @pytest.mark.parametrize("rounding", ROUNDINGS)
-@pytest.mark.parametrize("name,layout", CVT_FMT_LAYOUTS)
-def test_bits_through_fp8_cvt_match_reference(name: str, layout: str, rounding: str,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same inputs and checks with the elements rounded by the fp8 conversion."""
-    through_fp8_cvt(monkeypatch, FORMATS[name])
+@pytest.mark.parametrize("name,layout", FMT_LAYOUTS)
+def test_bits_through_hw_cvt_match_reference(name: str, layout: str, rounding: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same inputs and checks through hw_cvt's paths: quantize's elements rounded by the
+    fp8 conversion (mxfp6 / mxfp8), dequantize's codes decoded by it, its output saturated and
+    rounded by one conversion (on a GPU)."""
+    through_hw_cvt(monkeypatch, FORMATS[name])
     test_bits_match_reference(name, layout, rounding)
 
 
 @pytest.mark.parametrize("name,path", [(name, path) for name in ("mxfp4", "mxfp6_e3m2",
                                                                   "mxfp8_e4m3", "mxint8")
-                                        for path in ("encode", "fp8 cvt")
-                                        if path == "encode" or fp8_cast.carrier(FORMATS[name])[0]])
+                                        for path in ("encode", "hw cvt")
+                                        if path == "encode" or hw_cvt.carrier(FORMATS[name])[0]])
 def test_shapes_strides_and_masking(name: str, path: str,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """K = 32, K < / not a multiple of the tile, R not a multiple of BLOCK_R, a flattened 3-D
     input, a row-strided view, and zero rows."""
     fmt = FORMATS[name]
-    if path == "fp8 cvt":
-        through_fp8_cvt(monkeypatch, fmt)
+    if path == "hw cvt":
+        through_hw_cvt(monkeypatch, fmt)
     layout = "packed" if fmt.bits < 8 else "unpacked"
     gen = torch.Generator().manual_seed(7)
     cases = [torch.randn(1, 32, generator=gen), torch.randn(17, 32, generator=gen),
@@ -205,11 +203,15 @@ def test_dequantize_row_strided_and_unaligned_views(name: str, layout: str) -> N
     assert_same(got, ref.dequantize(data, scales, fmt, layout, k, torch.bfloat16), name)
 
 
+@pytest.mark.parametrize("path", ["decode", "hw cvt"])
 @pytest.mark.parametrize("name,layout", FMT_LAYOUTS)
-def test_dequantize_decodes_every_code_and_scale(name: str, layout: str) -> None:
+def test_dequantize_decodes_every_code_and_scale(name: str, layout: str, path: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Every byte pattern (all 256 for 8-bit formats, all 16 / 64 codes for fp4 / fp6, and any
     high bits of an unpacked byte) under every scale byte 0x00..0xFF."""
     fmt = FORMATS[name]
+    if path == "hw cvt":
+        through_hw_cvt(monkeypatch, fmt)
     k, rows = 256, 32
     gen = torch.Generator().manual_seed(11)
     scales = torch.randperm(256, generator=gen).to(torch.uint8).view(rows, k // 32)

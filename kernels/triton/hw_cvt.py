@@ -1,5 +1,7 @@
-"""MX element codes through the GPU's fp8 conversion (`cvt.rn.satfinite.{e4m3,e5m2}x2.f32`,
-sm_89 and later): the quantize kernel's element rounding for mxfp8 and mxfp6.
+"""MX codes and values through the GPU's conversion instructions (sm_89 and later): the
+quantize kernel's element rounding for mxfp8 and mxfp6 (`cvt.rn.satfinite.{e4m3,e5m2}x2.f32`),
+the dequantize kernel's way back (`cvt.rn.f16x2.{e4m3,e5m2}x2`) and its saturating store
+(`cvt.rn.satfinite.{bf16,f16}x2.f32`).
 
 Why: the quantize kernel rounds an element with fp32 "magic number" adds (mx_codec.encode), most
 of its 19-23 SASS instructions an element (sm_90a), and it runs at 67-84 % of the copy
@@ -20,8 +22,16 @@ is an integer: both keep `encode`.
 On a GPU the codes come from PTX (`cvt_asm`: four values an asm call, their four bytes in one
 register); in the interpreter, whose fp8 casts do not round to nearest even, from `encode` with
 the fp8 format's constants: the same bytes, checked against each other on the CPU by
-tests/kernels/triton/test_fp8_cast.py (a model of the instruction runs the PTX) and against the
+tests/kernels/triton/test_hw_cvt.py (a model of the instruction runs the PTX) and against the
 reference on the GPU.
+
+Dequantize: an fp8 byte (an mxfp6 code with its sign moved back) becomes f16 in one instruction
+(e4m3 / e5m2 values are all f16 values), then fp32 (times 2**shift for mxfp6, exact in f16),
+times the block scale; where no code is an Inf (all formats but e5m2) a bf16 / fp16 output is
+saturated and rounded by one satfinite conversion, in place of mx_codec.saturate's integer
+compares (mxfp4 and mxint8 take that store too). Offline (sm_90a, bf16 out; docs/benchmarks.md
+part 20): e4m3 19.4 -> 7.1 instructions an element, e5m2 22.6 -> 14.0, mxfp6 unpacked / packed
+16.1 / 15.6 -> 8.3 / 11.6, mxfp4 16.1 / 14.9 -> 11.2 / 9.9, mxint8 15.5 -> 10.6.
 
 CVT_VERIFIED gates the path on a GPU as linear_wgmma's gates do: written 2026-12-05 without a
 GPU (compiled for sm_90a offline); switched on once its GPU tests pass in a whole-suite H200
@@ -33,7 +43,7 @@ import triton
 import triton.language as tl
 
 from kernels.spec.formats import ElemFormat
-from kernels.triton.mx_codec import encode
+from kernels.triton.mx_codec import decode, encode
 
 CVT_VERIFIED = False
 
@@ -70,15 +80,25 @@ def clamp_of(fmt: ElemFormat, shift: int, rounding: str) -> float:
     return fmt.max_normal * 2.0 ** -shift
 
 
+def enabled(interpreted: bool, sm: int | None) -> bool:
+    """Whether launches made now take these paths: the gate, and (compiled) a GPU with the
+    conversions (CUDA sm_89+: `sm` 89 or more; None off CUDA); in the interpreter (the PTX's
+    twins) the gate alone decides."""
+    return CVT_VERIFIED and (interpreted or (sm is not None and sm >= 89))
+
+
 def cvt_here(fmt: ElemFormat, interpreted: bool, sm: int | None) -> int:
-    """The CVT code a quantize launch uses now: the format's carrier where the gate is on and
-    (compiled) the GPU converts to fp8 (CUDA sm_89+: `sm` 89 or more; None off CUDA); in the
-    interpreter the gate alone decides."""
-    if not CVT_VERIFIED:
-        return 0
-    if not interpreted and (sm is None or sm < 89):
-        return 0
-    return carrier(fmt)[0]
+    """The CVT code a quantize / dequantize launch uses now: the format's carrier, where
+    `enabled`; else 0."""
+    return carrier(fmt)[0] if enabled(interpreted, sm) else 0
+
+
+def sat_cast_here(fmt: ElemFormat, out_kind: int, interpreted: bool, sm: int | None) -> bool:
+    """Whether a dequantize launch stores through `satfinite_cast`: compiled and `enabled`, a
+    bf16 / fp16 output (out_kind 1 / 2), and a format without Inf codes (all but e5m2, whose
+    Inf codes stay Inf where saturation would make them +-max)."""
+    return (not interpreted and enabled(interpreted, sm) and out_kind != 0
+            and fmt.specials != "ieee")
 
 
 def cvt_asm(fp8: str, out: str) -> str:
@@ -106,12 +126,38 @@ def cvt_asm(fp8: str, out: str) -> str:
     return body + steps + "mov.b32 $0, g; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0; }"
 
 
+def cvt_back_asm(fp8: str, shift: int) -> str:
+    """PTX of one asm call of the way back (dequantize): $4 four codes a byte (code j in byte
+    j) -> $0..$3 their fp32 values. shift > 0 (mxfp6): each code's sign moves from bit 5 to
+    bit 7 (the fp8 byte), and the f16 values are times 2**shift (exact)."""
+    fix = ""
+    if shift:
+        fix = ("and.b32 t, $4, 0x20202020; shl.b32 t, t, 2; and.b32 w, $4, 0x1F1F1F1F; "
+               "or.b32 w, w, t; ")
+    scale = ""
+    if shift:
+        half = (15 + shift) << 10  # f16 2**shift
+        scale = (f"mov.b32 t, {half | half << 16:#010x}; mul.rn.f16x2 f, f, t; "
+                 "mul.rn.f16x2 g, g, t; ")
+    src = "w" if shift else "$4"
+    return ("{ .reg .b16 l, h, a, b, c, d; .reg .b32 w, t, f, g; " + fix
+            + f"mov.b32 {{l, h}}, {src}; cvt.rn.f16x2.{fp8}x2 f, l; cvt.rn.f16x2.{fp8}x2 g, h; "
+            + scale + "mov.b32 {a, b}, f; mov.b32 {c, d}, g; cvt.f32.f16 $0, a; "
+            "cvt.f32.f16 $1, b; cvt.f32.f16 $2, c; cvt.f32.f16 $3, d; }")
+
+
 _E4M3_BYTES = tl.constexpr(cvt_asm("e4m3", "bytes"))
 _E5M2_BYTES = tl.constexpr(cvt_asm("e5m2", "bytes"))
 _E2M3_BYTES = tl.constexpr(cvt_asm("e4m3", "fp6 bytes"))
 _E3M2_BYTES = tl.constexpr(cvt_asm("e5m2", "fp6 bytes"))
 _E2M3_GROUPS = tl.constexpr(cvt_asm("e4m3", "fp6 groups"))
 _E3M2_GROUPS = tl.constexpr(cvt_asm("e5m2", "fp6 groups"))
+_FROM_E4M3 = tl.constexpr(cvt_back_asm("e4m3", 0))
+_FROM_E5M2 = tl.constexpr(cvt_back_asm("e5m2", 0))
+_FROM_E2M3 = tl.constexpr(cvt_back_asm("e4m3", 6))
+_FROM_E3M2 = tl.constexpr(cvt_back_asm("e5m2", 12))
+_TO_BF16 = tl.constexpr("cvt.rn.satfinite.bf16x2.f32 $0, $2, $1;")  # $0 = {hi: $2, lo: $1}
+_TO_F16 = tl.constexpr("cvt.rn.satfinite.f16x2.f32 $0, $2, $1;")
 
 
 @triton.jit
@@ -177,5 +223,55 @@ def cvt_codes(x, e, bad, CVT: tl.constexpr, SHIFT: tl.constexpr, CLAMP: tl.const
             return c.to(tl.uint8)
 
 
-__all__ = ["CARRIERS", "CVT_VERIFIED", "carrier", "clamp_of", "cvt_asm", "cvt_codes",
-           "cvt_here", "pow2_wide"]
+@triton.jit
+def _asm_values(codes, ASM_TEXT: tl.constexpr):
+    return tl.inline_asm_elementwise(ASM_TEXT, "=r,=r,=r,=r,r", [codes], dtype=tl.float32,
+                                     is_pure=True, pack=4)
+
+
+@triton.jit
+def cvt_values(codes, CVT: tl.constexpr, SHIFT: tl.constexpr, ASM: tl.constexpr):
+    """uint8 element codes (any shape, the last axis a multiple of 4) -> their fp32 values, as
+    mx_codec.decode gives them (an e4m3 NaN code NaN, e5m2 Inf / NaN codes Inf / NaN), through
+    the fp8 -> f16 conversion of CVT (1 e4m3, 2 e5m2); mxfp6 codes (SHIFT > 0) as the fp8 byte
+    of their value times 2**-SHIFT."""
+    if ASM:
+        if SHIFT == 0:
+            if CVT == 1:
+                return _asm_values(codes, _FROM_E4M3)
+            else:
+                return _asm_values(codes, _FROM_E5M2)
+        else:
+            if CVT == 1:
+                return _asm_values(codes, _FROM_E2M3)
+            else:
+                return _asm_values(codes, _FROM_E3M2)
+    else:
+        MB: tl.constexpr = 3 if CVT == 1 else 2
+        BI: tl.constexpr = 7 if CVT == 1 else 15
+        b = codes.to(tl.int32)
+        if SHIFT != 0:
+            b = (b & 0x1F) | ((b & 0x20) << 2)
+        SP: tl.constexpr = 1 if CVT == 1 else 2  # e4m3's NaN code; e5m2's Inf / NaN codes
+        val = decode(b, MB, BI, 8, False, SP)
+        if SHIFT != 0:
+            val = val * (2.0 ** SHIFT)
+        return val
+
+
+@triton.jit
+def satfinite_cast(f, OUT_KIND: tl.constexpr):
+    """fp32 `f` as the dequantize kernel stores it, bf16 (OUT_KIND 1: int16 bits, the output's
+    view) or fp16 (2): rounded to nearest even, a finite value past the max or an Inf -> +-max,
+    NaN -> NaN, as mx_codec.saturate and the cast give them (two values an instruction)."""
+    if OUT_KIND == 1:
+        return tl.inline_asm_elementwise(_TO_BF16, "=r,r,r", [f], dtype=tl.int16, is_pure=True,
+                                         pack=2)
+    else:
+        return tl.inline_asm_elementwise(_TO_F16, "=r,r,r", [f], dtype=tl.float16,
+                                         is_pure=True, pack=2)
+
+
+__all__ = ["CARRIERS", "CVT_VERIFIED", "carrier", "clamp_of", "cvt_asm", "cvt_back_asm",
+           "cvt_codes", "cvt_here", "cvt_values", "enabled", "pow2_wide", "sat_cast_here",
+           "satfinite_cast"]
