@@ -28,7 +28,8 @@ from torch import Tensor
 
 from kernels.triton import launcher
 from kernels.triton.fit import k_slices, launch_fitting, smaller_configs
-from kernels.triton.mx_codec import act_tile, e8m0_value, nan_like, pow2, store_fp32, weight_tile
+from kernels.triton.mx_codec import e8m0_value, nan_like, pow2, store_fp32
+from kernels.triton.mx_tiles import act_tile, weight_tile
 from kernels.triton.mx_quant import bits_view
 
 

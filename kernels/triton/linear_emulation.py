@@ -31,7 +31,8 @@ from kernels.base import LinearKernel, PreparedWeight
 from kernels.dispatch import activation_qdq
 from kernels.mx import mx_dequantize
 from kernels.reference.linear import check_bias, check_input
-from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
+from kernels.triton.mx_codec import KIND_OF_DTYPE, store_fp32
+from kernels.triton.mx_tiles import act_tile, weight_tile
 from kernels.triton import (eager_path, fit, launcher, linear_configs, linear_decode, linear_gemv,
                             linear_mma, linear_wgmma, mx_quant, qdq_plan)
 from kernels.triton.wgmma_tiles import act_facts

@@ -15,7 +15,7 @@ output tile adds the partials in slice order).
 
 Numerics: fp32 accumulation of exact products (a product underflows only for an activation
 2**-20 below its block's largest, a contribution far below the GEMM tolerance); the
-activation is the dispatcher's QDQ output, computed in the kernel (mx_codec.act_tile), so only
+activation is the dispatcher's QDQ output, computed in the kernel (mx_tiles.act_tile), so only
 summation order and those underflows differ from `reference-emulation`.
 """
 from __future__ import annotations
@@ -31,7 +31,8 @@ from kernels.triton import launcher
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import fp4_words, tiled_fp4
 from kernels.triton.linear_mma import workspace
-from kernels.triton.mx_codec import act_tile, e8m0_value, pow2, store_fp32
+from kernels.triton.mx_codec import e8m0_value, pow2, store_fp32
+from kernels.triton.mx_tiles import act_tile
 
 
 @triton.jit

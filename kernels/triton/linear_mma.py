@@ -10,7 +10,7 @@ to the tensor cores without a detour. This kernel
   an e2m1 nibble shifted into a bf16's low exponent / mantissa bits reads as value * 2**-126
   (an e2m1 subnormal lands on a bf16 subnormal), and one bf16x2 multiply by 2**126 * 2**(E-127)
   fixes the bias and applies the block scale at once (exact: a power of two; E <= 128, checked
-  at prepare). Other formats use the generic exact decode (mx_codec.weight_tile);
+  at prepare). Other formats use the generic exact decode (mx_tiles.weight_tile);
 - splits K over SPLIT programs when N / BLOCK_N alone cannot fill the GPU; the last program of
   an output tile to finish (an atomic counter per tile, reset by that program) adds the fp32
   partials in slice order, adds the bias and stores: one launch, deterministic, CUDA-graph safe.
@@ -36,7 +36,8 @@ from kernels.triton import launcher
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import fp4_word_tile, fp4_words, tiled_fp4
 from kernels.triton.launcher import aligned
-from kernels.triton.mx_codec import act_tile, e8m0_value, nan_like, store_fp32, weight_tile
+from kernels.triton.mx_codec import e8m0_value, nan_like, store_fp32
+from kernels.triton.mx_tiles import act_tile, weight_tile
 
 @triton.jit
 def _fp8_tile(data_ptr, scale_ptr, stride_d, stride_s, N, pid_n, kk, E5: tl.constexpr,

@@ -1,7 +1,7 @@
 """Host side of the tiles shared by the emulation linear kernels (tiled, decode, MoE): the
 preparation of a weight's kernel-ready tensors and constexprs (`prepare_tensors`) and the dot
 operand choice (`dot_choice`). The device tiles themselves, `act_tile` (the activation tile
-after the contract's QDQ) and `weight_tile` (the dequantized weight tile), live in mx_codec.
+after the contract's QDQ) and `weight_tile` (the dequantized weight tile), live in mx_tiles.
 
 Numerics of every kernel built from these tiles:
   activation tile [BLOCK_M, BLOCK_K] -> QDQ in registers, bit-exact with the dispatcher

@@ -33,7 +33,8 @@ from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import fit, mx_quant
 from kernels.triton.linear_tiles import dot_choice, prepare_tensors
 from kernels.triton.moe_routing import combine, sort_rows, table_views
-from kernels.triton.mx_codec import KIND_OF_DTYPE, act_tile, store_fp32, weight_tile
+from kernels.triton.mx_codec import KIND_OF_DTYPE, store_fp32
+from kernels.triton.mx_tiles import act_tile, weight_tile
 
 _WHERE = "kernels.triton.moe_grouped"
 

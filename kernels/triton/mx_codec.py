@@ -1,6 +1,7 @@
 """The shared @triton.jit device helpers of every Triton kernel here, under public names: shared
 exponent, element encode / decode, loads / stores, and the tiles built from them (`tile_blocks`,
-`blocks_scaled`, `qdq_blocks`, `load_codes`, the linear kernels' `act_tile` / `weight_tile`).
+`blocks_scaled`, `qdq_blocks`, `load_codes`; the linear kernels' `act_tile` / `weight_tile` are
+in mx_tiles.py).
 
 Why a module of its own: the quantize / dequantize / QDQ kernels (mx_quant.py) and the fused
 linear / MoE kernels (weight dequant + activation QDQ + matmul) must round exactly alike, so the
@@ -265,15 +266,30 @@ def store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr, HW_CAST: tl.constexpr = Fa
 
 
 @triton.jit
+def _tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows < R)[:, None] & (cols < K)[None, :]
+    return x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :], mask, rows
+
+
+@triton.jit
 def tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
                 BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr):
     """A [BLOCK_R, BLOCK_K] tile as fp32 [BLOCK_R, NB, 32] blocks (0 past R / K), row indices."""
     NB: tl.constexpr = BLOCK_K // 32
-    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask = (rows < R)[:, None] & (cols < K)[None, :]
-    ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :]
+    ptrs, mask, rows = _tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
     return tl.reshape(load_fp32(ptrs, mask, IN_KIND), [BLOCK_R, NB, 32]), rows
+
+
+@triton.jit
+def tile_bits(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
+              BLOCK_K: tl.constexpr):
+    """`tile_blocks` of a 16-bit tensor's bits (its int16 view), not converted."""
+    NB: tl.constexpr = BLOCK_K // 32
+    ptrs, mask, rows = _tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
+    return tl.reshape(tl.load(ptrs, mask=mask, other=0), [BLOCK_R, NB, 32]), rows
 
 
 @triton.jit
@@ -284,10 +300,18 @@ def blocks_scaled(x, MBITS: tl.constexpr, EMAX: tl.constexpr, MAXN_MANT: tl.cons
     # max |x| as bits: the sign shifted out, an unsigned max (NaN bits sort above Inf's)
     twice = (x.to(tl.int32, bitcast=True) << 1).to(tl.uint32, bitcast=True)
     amax_bits = (tl.max(twice, axis=2) >> 1).to(tl.int32, bitcast=True)
+    e, bad = block_exponents(amax_bits, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    return x * pow2(-e)[:, :, None], e, bad
+
+
+@triton.jit
+def block_exponents(amax_bits, MBITS: tl.constexpr, EMAX: tl.constexpr,
+                    MAXN_MANT: tl.constexpr, MAXN_SUB: tl.constexpr, ROUNDING: tl.constexpr):
+    """Blocks' fp32 max |x| bits (int32 [R, NB]; NaN bits above Inf's) -> (E, non-finite
+    flags); a non-finite block's E is 0, which keeps its (discarded) arithmetic overflow-free."""
     bad = amax_bits >= 0x7F800000  # a NaN or an Inf in the block
     e = _shared_exponent(amax_bits, EMAX, MBITS, MAXN_MANT, MAXN_SUB, ROUNDING)
-    e = tl.where(bad, 0, e)  # keeps NaN / Inf blocks' (discarded) arithmetic overflow-free
-    return x * pow2(-e)[:, :, None], e, bad
+    return tl.where(bad, 0, e), bad
 
 
 @triton.jit
@@ -340,65 +364,3 @@ def load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK: 
         codes = _join4(w & 0x3F, (w >> 6) & 0x3F, (w >> 12) & 0x3F, (w >> 18) & 0x3F,
                        BLOCK_R, BLOCK_K // 4)
     return codes
-
-
-@triton.jit
-def act_tile(x_ptr, stride_x, s_ptr, M, K, pid_m, kk, IN_KIND: tl.constexpr,
-             ACT_MODE: tl.constexpr, A_MBITS: tl.constexpr, A_BIAS: tl.constexpr,
-             A_EMAX: tl.constexpr, A_MAX_NORMAL: tl.constexpr, A_MAXN_MANT: tl.constexpr,
-             A_MAXN_SUB: tl.constexpr, A_IS_INT: tl.constexpr, A_ROUNDING: tl.constexpr,
-             HW_CAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The activation tile [BLOCK_M, BLOCK_K] after the contract's QDQ, as fp32 values that
-    x's dtype holds exactly (the dispatcher's output, bit for bit). Masked-off entries are 0."""
-    if ACT_MODE == 1:  # dynamic MX: the same steps as mx_quant's fused QDQ kernel
-        x, rows = tile_blocks(x_ptr, stride_x, M, K, pid_m, kk, BLOCK_M, BLOCK_K, IN_KIND)
-        x = tl.reshape(qdq_blocks(x, IN_KIND, A_MBITS, A_BIAS, A_EMAX, A_MAX_NORMAL,
-                                  A_MAXN_MANT, A_MAXN_SUB, A_IS_INT, A_ROUNDING),
-                       [BLOCK_M, BLOCK_K])
-    else:
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = kk * BLOCK_K + tl.arange(0, BLOCK_K)
-        mask = (rows < M)[:, None] & (cols < K)[None, :]
-        x = load_fp32(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :], mask,
-                      IN_KIND)
-        if ACT_MODE == 2:  # static fp8 E4M3: clamp(x / s, +-448) -> RNE -> * s
-            s = tl.load(s_ptr)
-            y = tl.div_rn(x, s)  # a true (IEEE) division, as torch's x.float() / scale
-            # round_value saturates at +-448 (Inf too) and rounds to the E4M3 grid; a NaN
-            # must stay NaN (the min inside it would drop it on a GPU).
-            q = round_value(y, A_MBITS, A_BIAS, A_MAX_NORMAL, A_IS_INT)
-            # saturated to x's dtype as the dispatcher does: a finite input never becomes Inf
-            x = saturate(tl.where(x != x, x, q * s), IN_KIND)
-    if ACT_MODE != 0:  # the QDQ result (saturated) cast to x's dtype (RNE)
-        if IN_KIND == 1:  # HW_CAST: the GPU's RNE convert; the interpreter's cast truncates
-            if HW_CAST:
-                x = x.to(tl.bfloat16).to(tl.float32)
-            else:
-                x = (fp32_to_bf16_bits(x).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        elif IN_KIND == 2:
-            x = x.to(tl.float16).to(tl.float32)
-    return x
-
-
-@triton.jit
-def weight_tile(data_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk,
-                W_MBITS: tl.constexpr, W_BIAS: tl.constexpr, W_BITS: tl.constexpr,
-                W_IS_INT: tl.constexpr, W_SPECIALS: tl.constexpr, W_PACK: tl.constexpr,
-                W_SAT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The dequantized weight tile [BLOCK_N, BLOCK_K] in fp32: code value * 2**E (exact);
-    a scale byte 0xFF makes its block NaN. Masked-off entries are 0. W_SAT (a weight whose
-    largest block can pass fp32's max, `weight_may_overflow`): saturated to +-fp32 max like
-    mx_dequantize's reference (an E5M2 Inf code stays Inf)."""
-    NB: tl.constexpr = BLOCK_K // 32
-    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    codes = load_codes(data_ptr, stride_d, rows, kk, N, K, W_BITS, W_PACK, BLOCK_N, BLOCK_K)
-    blk = kk * NB + tl.arange(0, NB)
-    sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
-                    mask=(rows < N)[:, None] & (blk < K // 32)[None, :], other=0).to(tl.int32)
-    val = decode(tl.reshape(codes, [BLOCK_N, NB, 32]), W_MBITS, W_BIAS, W_BITS, W_IS_INT,
-                 W_SPECIALS)
-    if W_SAT:
-        val = scaled_saturated(val, e8m0_value(sbyte)[:, :, None], 0, W_SPECIALS)
-    else:
-        val = val * e8m0_value(sbyte)[:, :, None]  # a NaN scale (0xFF): the whole block NaN
-    return tl.reshape(val, [BLOCK_N, BLOCK_K])

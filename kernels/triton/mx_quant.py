@@ -22,11 +22,12 @@ import triton.language as tl
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
 from kernels.spec.platform import device_platform
-from kernels.triton import hw_cvt, launcher
+from kernels.triton import fp4_lanes, hw_cvt, launcher
+from kernels.triton.fp4_lanes import lane_bytes
 from kernels.triton.grid_dependency import release_dependents
 from kernels.triton.mx_codec import (
-    KIND_OF_DTYPE, ROUNDING_CODE, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
-    load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_blocks,
+    KIND_OF_DTYPE, ROUNDING_CODE, block_exponents, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
+    load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_bits, tile_blocks,
 )
 from kernels.triton.fp6_store import store_fp6_words
 from kernels.triton.hw_cvt import cvt_codes, cvt_values, satfinite_cast
@@ -41,26 +42,38 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      MAXN_SUB: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                      SPECIALS: tl.constexpr, ROUNDING: tl.constexpr, PACK: tl.constexpr,
                      ROW16B: tl.constexpr, CVT: tl.constexpr, CVT_SHIFT: tl.constexpr,
-                     CVT_CLAMP: tl.constexpr, CVT_ASM: tl.constexpr, BLOCK_R: tl.constexpr,
-                     BLOCK_K: tl.constexpr):
+                     CVT_CLAMP: tl.constexpr, CVT_ASM: tl.constexpr, LANES: tl.constexpr,
+                     LANES_ASM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
     which Triton's own specialization (multiples of 16) misses when K % 256 != 0.
     CVT != 0: the elements round through an fp8 conversion (hw_cvt.cvt_codes; PTX where
-    CVT_ASM)."""
+    CVT_ASM). LANES: packed mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where
+    LANES_ASM)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     NB: tl.constexpr = BLOCK_K // 32
-    x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
-    v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    if LANES:  # the bf16 bits themselves: the block max on 16 bits, the rounding in lanes
+        h, rows = tile_bits(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
+        amax16 = tl.max(h & 0x7FFF, axis=2)  # |x|'s bits (NaN's above Inf's), as int16
+        e, bad = block_exponents(amax16.to(tl.int32) << 16, MBITS, EMAX, MAXN_MANT, MAXN_SUB,
+                                 ROUNDING)
+    else:
+        x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
+        v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
     row_ok = (rows < R)[:, None]
     d_off = rows.to(tl.int64) * stride_d
     if ROW16B:
         d_off = tl.multiple_of(d_off, 4)  # lets whole fp6 tiles use 16-byte vector stores
     d_row = data_ptr + d_off[:, None]
-    if CVT != 0:
+    if LANES:
+        pairs = lane_bytes(h, e, bad, ROUNDING == 0, LANES_ASM, BLOCK_R, BLOCK_K)
+        byte, _ = tl.split(tl.reshape(pairs, [BLOCK_R, BLOCK_K // 2, 2]))
+        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        tl.store(d_row + cols[None, :], byte, mask=row_ok & (cols < K // 2)[None, :])
+    elif CVT != 0:
         parts = cvt_codes(x, e, bad, CVT, CVT_SHIFT, CVT_CLAMP, CVT_ASM, PACK == 2)
         parts = tl.reshape(parts, [BLOCK_R, BLOCK_K])
         if PACK == 0:
@@ -268,10 +281,12 @@ def pack_code(fmt: ElemFormat, layout: str) -> int:
 
 
 def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, rounding: str,
-                        rows16b: bool, cvt: int = 0, asm: bool = False) -> dict:
+                        rows16b: bool, cvt: int = 0, asm: bool = False,
+                        lanes: bool = False) -> dict:
     """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: packed mxfp6
     data whose row stride in int32 words is a multiple of 4 (16-byte vector stores); `cvt`:
-    hw_cvt's CVT code (0: `encode`), through PTX where `asm`."""
+    hw_cvt's CVT code (0: `encode`), `lanes`: fp4_lanes' path, each through PTX where
+    `asm`."""
     pack = pack_code(fmt, layout)
     consts = format_constexprs(fmt)
     rcode = ROUNDING_CODE[check_rounding(rounding)]
@@ -279,7 +294,7 @@ def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, roundi
     consts.update(IN_KIND=KIND_OF_DTYPE[dtype], ROUNDING=rcode, PACK=pack,
                   ROW16B=pack == 2 and rows16b, CVT=cvt, CVT_SHIFT=shift,
                   CVT_CLAMP=hw_cvt.clamp_of(fmt, shift, rounding) if cvt else 0.0,
-                  CVT_ASM=bool(cvt) and asm)
+                  CVT_ASM=bool(cvt) and asm, LANES=lanes, LANES_ASM=lanes and asm)
     return consts
 
 
@@ -306,7 +321,9 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     check_rounding(rounding)
     r, k = x.shape
     pack = pack_code(fmt, layout)
-    cvt = hw_cvt.cvt_here(fmt, _INTERPRETED, device_platform(x.device).sm)
+    sm = device_platform(x.device).sm
+    cvt = hw_cvt.cvt_here(fmt, _INTERPRETED, sm)
+    lanes = fp4_lanes.lanes_here(fmt.name, KIND_OF_DTYPE[x.dtype], pack, _INTERPRETED, sm)
     scales = torch.empty((r, k // BLOCK), dtype=torch.uint8, device=x.device)
     if pack == 2:  # written as int32 words, returned as their little-endian bytes
         words = torch.empty((r, 3 * k // 16), dtype=torch.int32, device=x.device)
@@ -316,7 +333,7 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
                                    device=x.device)
     if r and k:
         consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0,
-                                     cvt, asm=not _INTERPRETED)
+                                     cvt, asm=not _INTERPRETED, lanes=lanes)
         _launch(_quantize_kernel, (bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales

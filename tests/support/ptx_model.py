@@ -1,10 +1,11 @@
 """A small CPU interpreter of the PTX our inline-asm strings use, so CPU CI runs each string
 against its Triton / torch twin (tests/kernels/triton/test_wgmma_ptx.py, test_hw_cvt.py).
 
-Modelled: and / or / shl / shr / shf.r.wrap / add on 32-bit words; mov.b32 of a word, of two
+Modelled: and / or / shl / shr / shf.r.wrap / add / sub / prmt on 32-bit words, max.u16x2; mov.b32 of a word, of two
 16-bit halves into a word (`mov.b32 d, {lo, hi}`) and out of one (`mov.b32 {lo, hi}, a`);
-mul.rn.bf16x2 as the identity (callers compare the patterns before the scale), mul.rn.f16x2 as
-numpy's f16 multiply; and the conversions cvt.rn.satfinite.{e4m3,e5m2,bf16,f16}x2.f32,
+mul.rn.bf16x2 as the identity (the wgmma decoders' callers compare the patterns before the
+scale) or, with bf16_math, as add.rn / min do, through fp32; mul.rn.f16x2 as numpy's f16
+multiply; and the conversions cvt.rn.satfinite.{e4m3,e5m2,bf16,f16}x2.f32,
 cvt.rn.f16x2.{e4m3,e5m2}x2 and cvt.f32.f16 through ml_dtypes' / numpy's round-to-nearest-even
 casts, an oracle written apart from ours (kernels.reference, mx_codec).
 """
@@ -55,9 +56,30 @@ def _f16(bits: int) -> np.ndarray:
     return np.array([bits & 0xFFFF], dtype=np.uint16).view(np.float16)
 
 
-def run_ptx(asm: str, inputs: dict[str, int]) -> dict[str, int]:
+def _bf16x2(fn, a: int, b: int) -> int:
+    """fn on each bf16 half of two words, rounded once to bf16 (nearest even): the halves' sum
+    or product is exact in fp32 for the operands our PTX gives it (at most 16 significant
+    bits, exponents within 24 of each other), so fp32 then bf16 is one rounding."""
+    out = 0
+    for shift in (0, 16):
+        x = np.array([(a >> shift) & 0xFFFF, (b >> shift) & 0xFFFF], np.uint16)
+        x = x.view(ml_dtypes.bfloat16).astype(np.float32)
+        r = np.array([fn(x[0], x[1])], np.float32).astype(ml_dtypes.bfloat16)
+        out |= int(r.view(np.uint16)[0]) << shift
+    return out
+
+
+def _prmt(a: int, b: int, sel: int) -> int:
+    """prmt.b32 (default mode): result byte i is byte (sel's nibble i & 7) of {b, a}."""
+    pool = (a & MASK) | (b & MASK) << 32
+    return sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+
+
+def run_ptx(asm: str, inputs: dict[str, int], bf16_math: bool = False) -> dict[str, int]:
     """Execute the asm body on ints; `inputs` maps operand names ("$8", ...) to values (32-bit
-    words; fp32 operands as their bit patterns). Returns every "$" operand after the run."""
+    words; fp32 operands as their bit patterns). Returns every "$" operand after the run.
+    bf16_math: mul.rn.bf16x2 multiplies (else it is the identity, for the wgmma decoders'
+    patterns before their scale)."""
     regs = dict(inputs)
     body = re.sub(r"\.reg[^;]*;", "", asm).strip()
     body = re.sub(r"^\{|\}$", "", body)  # the block braces; a mov's braces stay
@@ -90,7 +112,17 @@ def run_ptx(asm: str, inputs: dict[str, int]) -> dict[str, int]:
         elif op == "add.u32":
             r = (v[0] + v[1]) & MASK
         elif op == "mul.rn.bf16x2":
-            r = v[0]
+            r = _bf16x2(np.multiply, v[0], v[1]) if bf16_math else v[0]
+        elif op == "add.rn.bf16x2":
+            r = _bf16x2(np.add, v[0], v[1])
+        elif op == "min.bf16x2":
+            r = _bf16x2(np.fmin, v[0], v[1])
+        elif op == "max.u16x2":
+            r = max(v[0] & 0xFFFF, v[1] & 0xFFFF) | max(v[0] >> 16, v[1] >> 16) << 16
+        elif op == "sub.u32":
+            r = (v[0] - v[1]) & MASK
+        elif op == "prmt.b32":
+            r = _prmt(v[0], v[1], v[2])
         elif op == "mul.rn.f16x2":
             halves = [int((_f16(v[0] >> s) * _f16(v[1] >> s)).view(np.uint16)[0])
                       for s in (0, 16)]
