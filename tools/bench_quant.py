@@ -43,7 +43,7 @@ from kernels.spec.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
 from kernels.spec.platform import device_platform  # noqa: E402
 from timing import median_ms  # noqa: E402
 from kernels.reference import mx as ref  # noqa: E402
-from kernels.triton import hw_cvt  # noqa: E402
+from kernels.triton import fp4_lanes, hw_cvt  # noqa: E402
 from kernels.triton import mx_quant as tri  # noqa: E402
 
 ROTATE = 4  # input buffers cycled through while timing
@@ -136,9 +136,9 @@ def check_bits(x: torch.Tensor, name: str, layout: str, rounding: str) -> list[s
 
 
 def paths(choice: str) -> list[bool | None]:
-    """hw_cvt's gate a case runs under: None as it stands, else forced off / on / both ways
-    (quantize of mxfp4 / mxint8 has no such path: its two rows time one kernel twice, the
-    run's spread)."""
+    """The gates of the GPU-instruction paths (hw_cvt, fp4_lanes) a case runs under: None as
+    they stand, else forced off / on / both ways (quantize of unpacked mxfp4 and of mxint8 has
+    no such path: its two rows time one kernel twice, the run's spread)."""
     return {"gate": [None], "off": [False], "on": [True], "both": [False, True]}[choice]
 
 
@@ -146,19 +146,20 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
              copy_tbs: float, time_reference: bool, seed: int,
              only: tuple = ("quantize", "dequantize", "qdq"),
              cvt: bool | None = None) -> tuple[list[dict], list[str]]:
-    """One case's bit checks and timings; `cvt` sets hw_cvt's gate for it (None: as it is)."""
+    """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes gates for it
+    (None: as they are)."""
     if cvt is None:
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
-    kept = hw_cvt.CVT_VERIFIED
-    hw_cvt.CVT_VERIFIED = cvt
+    kept = hw_cvt.CVT_VERIFIED, fp4_lanes.FP4_LANES_VERIFIED
+    hw_cvt.CVT_VERIFIED = fp4_lanes.FP4_LANES_VERIFIED = cvt
     try:
         if cvt:  # qdq does not take the paths
             only = tuple(k for k in only if k != "qdq")
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference,
                          seed, only)
     finally:
-        hw_cvt.CVT_VERIFIED = kept
+        hw_cvt.CVT_VERIFIED, fp4_lanes.FP4_LANES_VERIFIED = kept
 
 
 def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
@@ -205,7 +206,9 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
         pack = tri.pack_code(fmt, layout)
         config = ("interpreter" if tri._INTERPRETED
                   else f"{tri.gpu_tile(kernel, pack)}, num_warps {tri.GPU_WARPS}")
-        if hw_cvt.enabled(tri._INTERPRETED, device_platform(device).sm) and kernel != "qdq":
+        sm = device_platform(device).sm
+        lanes = fp4_lanes.lanes_here(name, 1, pack, tri._INTERPRETED, sm)
+        if kernel != "qdq" and (hw_cvt.enabled(tri._INTERPRETED, sm) or lanes):
             config += ", hw cvt"
         g_ms = graph_ms(tri_fn, inputs, device)
         ref_ms = median_ms(rotating(ref_fn, inputs), device) if time_reference else None
@@ -231,9 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", default="quantize,dequantize,qdq",
                         help="comma-separated kernels to time (default: all three)")
     parser.add_argument("--hw-cvt", choices=("gate", "off", "on", "both"), default="gate",
-                        help="quantize / dequantize through the GPU's conversion instructions "
-                             "(kernels/triton/hw_cvt.py): as its gate says, off, on, or both, "
-                             "one row each")
+                        help="quantize / dequantize through the GPU-instruction paths "
+                             "(kernels/triton/hw_cvt.py, fp4_lanes.py): as their gates say, off, "
+                             "on, or both, one row each")
     args = parser.parse_args(argv)
     try:
         r, k = (int(v) for v in args.shape.lower().split("x"))

@@ -23,10 +23,11 @@
 #      since part 10): the three shapes x three schemes x T = 1 / 16 / 256 / 2048; then
 #      DeepSeek-like w_mxfp4 with the one-program routing sort at every T (what ran before
 #      moe_routing's many-program sort) to see what the sort took.
-#   7. quantize / dequantize through the GPU's conversion instructions (kernels/triton/
-#      hw_cvt.py, gated CVT_VERIFIED): every format at 8192², the gate off and on in one run,
-#      bits checked first (offline SASS, bf16: quantize mxfp8 19.0 -> 9.0 instructions an
-#      element, packed mxfp6 23.1 -> 16.4; dequantize e4m3 19.4 -> 7.1, packed mxfp6 15.6 -> 11.6).
+#   7. quantize / dequantize through the GPU-instruction paths (kernels/triton/hw_cvt.py,
+#      fp4_lanes.py; gated CVT_VERIFIED, FP4_LANES_VERIFIED): every format at 8192², the gates
+#      off and on in one run, bits checked first (offline SASS, bf16: quantize packed mxfp4
+#      20.8 -> 13.7 instructions an element, mxfp8 19.0 -> 9.0, packed mxfp6 23.1 -> 16.4;
+#      dequantize e4m3 19.4 -> 7.1, packed mxfp6 15.6 -> 11.6). Keep each gate where it wins.
 # Earlier sweeps (ws at M = 1..128, MoE experts through ws and the wide tile, both wide tiles
 # against dequant-gemm, MXFP8 x MXFP8 ws): git history, docs/benchmarks.md parts 13-16. Each
 # step has its own time limit; JSON and logs go to $OUT.

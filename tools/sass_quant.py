@@ -104,7 +104,7 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
     if kernel == "quantize":
         fn = mx_quant._quantize_kernel
         code = hw_cvt.carrier(fmt)[0] if cvt else 0
-        lanes = cvt and name == "mxfp4" and pack == 1 and dtype == "bf16"
+        lanes = cvt and name == "mxfp4" and dtype == "bf16"
         consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
                                               cvt=code, asm=True, lanes=lanes)
         ptrs = {"x_ptr": elem, "data_ptr": "*i32" if pack == 2 else "*u8",
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     for name, layout in variants(args.kernel, args.formats, args.layouts):
         paths = [False]
-        lanes = name == "mxfp4" and layout == "packed" and args.dtype == "bf16"
+        lanes = name == "mxfp4" and args.dtype == "bf16"
         if args.cvt and (carrier(get_format(name))[0] or args.kernel == "dequantize" or lanes):
             paths.append(True)
         for cvt in paths:

@@ -1,4 +1,5 @@
 """mxfp4 quantize of bf16 input on bf16x2 lanes (sm_90): two elements an instruction.
+Packed layout (two codes a byte) and one code a byte alike.
 
 Why: the quantize kernel turns each bf16 element into fp32 and rounds it with fp32 "magic
 number" adds (mx_codec.encode): 20.8 SASS instructions an element for packed mxfp4 (sm_90a),
@@ -37,18 +38,20 @@ FP4_LANES_VERIFIED = False
 
 def lanes_here(fmt_name: str, in_kind: int, pack: int, interpreted: bool,
                sm: int | None) -> bool:
-    """Whether a quantize launch takes the lanes: packed mxfp4 of bf16 input (in_kind 1), the
-    gate on, and (compiled) sm_90 or later (bf16x2 add / min, u16x2 max)."""
-    if not (FP4_LANES_VERIFIED and fmt_name == "mxfp4" and in_kind == 1 and pack == 1):
+    """Whether a quantize launch takes the lanes: mxfp4 (packed or one code a byte: pack 1 /
+    0) of bf16 input (in_kind 1), the gate on, and (compiled) sm_90 or later (bf16x2 add /
+    min, u16x2 max)."""
+    if not (FP4_LANES_VERIFIED and fmt_name == "mxfp4" and in_kind == 1 and pack in (0, 1)):
         return False
     return interpreted or (sm is not None and sm >= 90)
 
 
-def lane_asm(clamp: bool) -> str:
+def lane_asm(clamp: bool, packed: bool = True) -> str:
     """PTX of one asm call: $2..$5 four words of two bf16 elements each (elements 2k, 2k + 1
     in word k's low / high half), $6 the bf16x2 factor 2**-E (of eight copies $6..$13), $14
-    the keep mask (0 for a NaN / Inf block; $14..$21) -> $0 / $1 the code bytes of elements
-    0..3 / 4..7, each byte twice (module docstring). `clamp`: min(|v|, 6) first."""
+    the keep mask (0 for a NaN / Inf block; $14..$21) -> $0 / $1 the bytes of elements 0..3 /
+    4..7: `packed`, the packed code bytes, each twice (module docstring); else each element's
+    code. `clamp`: min(|v|, 6) first."""
     body = ("{ .reg .b32 v, a, e, p, c, s, t, six, one, b0, b1, b2, b3; "
             "mov.b32 six, 0x40C040C0; mov.b32 one, 0x3F803F80; ")
     for k in range(4):
@@ -58,14 +61,20 @@ def lane_asm(clamp: bool) -> str:
         body += ("and.b32 e, a, 0x7F807F80; max.u16x2 e, e, one; add.u32 p, e, 0x03000300; "
                  "add.rn.bf16x2 p, a, p; and.b32 p, p, 0x007F007F; shr.b32 e, e, 6; "
                  "add.u32 c, p, e; sub.u32 c, c, 0x00FE00FE; "  # magnitudes 0..7, both halves
-                 "shr.b32 s, v, 12; and.b32 s, s, 0x00080008; or.b32 c, c, s; "  # signs: bit 3
-                 f"shr.b32 t, c, 12; or.b32 b{k}, c, t; ")  # low byte: element 2k | 2k+1 << 4
-    return body + ("prmt.b32 b0, b0, b1, 0x4400; prmt.b32 b2, b2, b3, 0x4400; "
+                 "shr.b32 s, v, 12; and.b32 s, s, 0x00080008; ")  # signs: bit 3 of a half
+        if packed:  # low byte: element 2k | element 2k + 1 << 4
+            body += f"or.b32 c, c, s; shr.b32 t, c, 12; or.b32 b{k}, c, t; "
+        else:  # element 2k in byte 0, 2k + 1 in byte 2
+            body += f"or.b32 b{k}, c, s; "
+    sel = "0x4400" if packed else "0x6420"
+    return body + (f"prmt.b32 b0, b0, b1, {sel}; prmt.b32 b2, b2, b3, {sel}; "
                    "and.b32 $0, b0, $14; and.b32 $1, b2, $14; }")
 
 
 _LANES = tl.constexpr(lane_asm(clamp=False))
 _LANES_CLAMP = tl.constexpr(lane_asm(clamp=True))
+_LANES_CODES = tl.constexpr(lane_asm(clamp=False, packed=False))
+_LANES_CODES_CLAMP = tl.constexpr(lane_asm(clamp=True, packed=False))
 
 
 @triton.jit
@@ -76,28 +85,37 @@ def _asm_lanes(h, factor, keep, ASM_TEXT: tl.constexpr):
 
 
 @triton.jit
-def lane_bytes(h, e, bad, CLAMP: tl.constexpr, ASM: tl.constexpr, BLOCK_R: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+def lane_bytes(h, e, bad, CLAMP: tl.constexpr, PACKED: tl.constexpr, ASM: tl.constexpr,
+               BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """bf16 bits `h` (int16 [BLOCK_R, NB, 32]), their blocks' shared exponents E and non-finite
-    flags [BLOCK_R, NB] (mx_codec.block_exponents) -> uint8 [BLOCK_R, BLOCK_K]:
-    elements 2i and 2i + 1 both hold packed mxfp4 byte i (a NaN / Inf block's 0). CLAMP: the
-    scales may leave |x * 2**-E| above 6 (floor rounding)."""
+    flags [BLOCK_R, NB] (mx_codec.block_exponents) -> uint8 [BLOCK_R, BLOCK_K] (a NaN / Inf
+    block's 0): PACKED, elements 2i and 2i + 1 both hold packed mxfp4 byte i; else each
+    element's code. CLAMP: the scales may leave |x * 2**-E| above 6 (floor rounding)."""
     if ASM:
         f = (127 - e) << 7  # bf16 2**-E: E in [-127, 126] for bf16 input (module docstring)
         factor = tl.broadcast_to((f | (f << 16))[:, :, None], h.shape)
         keep = tl.broadcast_to(tl.where(bad, 0, -1)[:, :, None], h.shape)
-        if CLAMP:
-            out = _asm_lanes(h, factor, keep, _LANES_CLAMP)
+        if PACKED:
+            if CLAMP:
+                out = _asm_lanes(h, factor, keep, _LANES_CLAMP)
+            else:
+                out = _asm_lanes(h, factor, keep, _LANES)
         else:
-            out = _asm_lanes(h, factor, keep, _LANES)
+            if CLAMP:
+                out = _asm_lanes(h, factor, keep, _LANES_CODES_CLAMP)
+            else:
+                out = _asm_lanes(h, factor, keep, _LANES_CODES)
         return tl.reshape(out, [BLOCK_R, BLOCK_K])
     else:
         x = ((h.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
         codes = encode(x * pow2(-e)[:, :, None], 1, 1, 6.0, 4, False, SATURATE=CLAMP)
-        codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K // 2, 2])
-        lo, hi = tl.split(codes)
-        byte = (lo | (hi << 4)).to(tl.uint8)
-        return tl.reshape(tl.join(byte, byte), [BLOCK_R, BLOCK_K])
+        codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
+        if PACKED:
+            lo, hi = tl.split(tl.reshape(codes, [BLOCK_R, BLOCK_K // 2, 2]))
+            byte = (lo | (hi << 4)).to(tl.uint8)
+            return tl.reshape(tl.join(byte, byte), [BLOCK_R, BLOCK_K])
+        else:
+            return codes.to(tl.uint8)
 
 
 __all__ = ["FP4_LANES_VERIFIED", "lane_asm", "lane_bytes", "lanes_here"]

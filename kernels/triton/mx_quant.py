@@ -68,11 +68,15 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     if ROW16B:
         d_off = tl.multiple_of(d_off, 4)  # lets whole fp6 tiles use 16-byte vector stores
     d_row = data_ptr + d_off[:, None]
-    if LANES:
-        pairs = lane_bytes(h, e, bad, ROUNDING == 0, LANES_ASM, BLOCK_R, BLOCK_K)
+    if LANES and PACK == 1:
+        pairs = lane_bytes(h, e, bad, ROUNDING == 0, True, LANES_ASM, BLOCK_R, BLOCK_K)
         byte, _ = tl.split(tl.reshape(pairs, [BLOCK_R, BLOCK_K // 2, 2]))
         cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
         tl.store(d_row + cols[None, :], byte, mask=row_ok & (cols < K // 2)[None, :])
+    elif LANES:
+        codes = lane_bytes(h, e, bad, ROUNDING == 0, False, LANES_ASM, BLOCK_R, BLOCK_K)
+        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        tl.store(d_row + cols[None, :], codes, mask=row_ok & (cols < K)[None, :])
     elif CVT != 0:
         parts = cvt_codes(x, e, bad, CVT, CVT_SHIFT, CVT_CLAMP, CVT_ASM, PACK == 2)
         parts = tl.reshape(parts, [BLOCK_R, BLOCK_K])

@@ -37,11 +37,13 @@ def blocks(seed: int) -> torch.Tensor:
     return torch.cat([x, torch.stack(special)]).to(torch.bfloat16)
 
 
+@pytest.mark.parametrize("layout", ["packed", "unpacked"])
 @pytest.mark.parametrize("rounding", ROUNDINGS)
-def test_lane_ptx_gives_the_reference_bytes(rounding: str) -> None:
+def test_lane_ptx_gives_the_reference_bytes(rounding: str, layout: str) -> None:
     x = blocks(len(rounding))
-    data, scales = ref.quantize(x, FMT, rounding, "packed")  # [n, 16] bytes, [n, 1]
-    asm = fp4_lanes.lane_asm(clamp=rounding == "floor")
+    data, scales = ref.quantize(x, FMT, rounding, layout)  # [n, 16 / 32] bytes, [n, 1]
+    packed = layout == "packed"
+    asm = fp4_lanes.lane_asm(clamp=rounding == "floor", packed=packed)
     words = x.view(torch.int16).to(torch.int64).view(-1, 16, 2)
     words = (words[..., 0] & 0xFFFF) | (words[..., 1] & 0xFFFF) << 16  # [n, 16] two elements
     for i in range(x.shape[0]):
@@ -55,9 +57,12 @@ def test_lane_ptx_gives_the_reference_bytes(rounding: str) -> None:
             regs.update({f"${6 + j}": f | f << 16 for j in range(8)})
             regs.update({f"${14 + j}": 0 if bad else MASK for j in range(8)})
             out = run_ptx(asm, regs, bf16_math=True)
-            for reg in ("$0", "$1"):  # bytes [p, p, q, q]: one byte per two elements
-                assert out[reg] & 0xFF == (out[reg] >> 8) & 0xFF, (i, g)
-                got += [out[reg] & 0xFF, (out[reg] >> 16) & 0xFF]
+            for reg in ("$0", "$1"):
+                if packed:  # bytes [p, p, q, q]: one byte per two elements
+                    assert out[reg] & 0xFF == (out[reg] >> 8) & 0xFF, (i, g)
+                    got += [out[reg] & 0xFF, (out[reg] >> 16) & 0xFF]
+                else:  # one code a byte
+                    got += [(out[reg] >> (8 * b)) & 0xFF for b in range(4)]
         want = data[i].tolist()
         assert got == want, (rounding, i, x[i].float().tolist()[:8], got[:4], want[:4])
 
@@ -86,5 +91,5 @@ def test_only_packed_mxfp4_of_bf16_under_the_gate(monkeypatch: pytest.MonkeyPatc
     assert fp4_lanes.lanes_here("mxfp4", 1, 1, interpreted=False, sm=90)
     assert not fp4_lanes.lanes_here("mxfp4", 1, 1, interpreted=False, sm=89)  # bf16x2 add: sm_90
     assert not fp4_lanes.lanes_here("mxfp4", 2, 1, interpreted=False, sm=90)  # fp16 input
-    assert not fp4_lanes.lanes_here("mxfp4", 1, 0, interpreted=False, sm=90)  # unpacked
+    assert fp4_lanes.lanes_here("mxfp4", 1, 0, interpreted=False, sm=90)  # one code a byte
     assert not fp4_lanes.lanes_here("mxfp6_e2m3", 1, 2, interpreted=False, sm=90)
