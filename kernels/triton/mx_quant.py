@@ -63,6 +63,9 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     else:
         x, rows = tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K, IN_KIND)
         v, e, bad = blocks_scaled(x, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+        if CVT == 0:  # `encode`, in the order the gated paths found it (the same SASS)
+            codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
+            codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
     row_ok = (rows < R)[:, None]
     d_off = rows.to(tl.int64) * stride_d
     if ROW16B:
@@ -87,8 +90,7 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
             store_fp6_words(d_row[:, :, None], row_ok[:, :, None], parts, pid_k, K, BLOCK_R,
                             BLOCK_K)
     else:
-        _store_codes(v, bad, d_row, row_ok, pid_k, K, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT,
-                     ROUNDING, PACK, BLOCK_R, BLOCK_K)
+        _store_codes(codes, d_row, row_ok, pid_k, K, PACK, BLOCK_R, BLOCK_K)
     blk = pid_k * NB + tl.arange(0, NB)
     sbyte = tl.where(bad, 255, e + 127).to(tl.uint8)
     tl.store(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :], sbyte,
@@ -96,13 +98,9 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
 
 
 @triton.jit
-def _store_codes(v, bad, d_row, row_ok, pid_k, K, MBITS: tl.constexpr, BIAS: tl.constexpr,
-                 MAX_NORMAL: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
-                 ROUNDING: tl.constexpr, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
+def _store_codes(codes, d_row, row_ok, pid_k, K, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
                  BLOCK_K: tl.constexpr):
-    """Scaled blocks -> element codes by `encode`, stored in layout PACK."""
-    codes = encode(v, MBITS, BIAS, MAX_NORMAL, BITS, IS_INT, SATURATE=ROUNDING != 2)
-    codes = tl.reshape(tl.where(bad[:, :, None], 0, codes), [BLOCK_R, BLOCK_K])
+    """Element codes [BLOCK_R, BLOCK_K] (int32) stored in layout PACK."""
     if PACK == 0:
         cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
         tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
@@ -133,9 +131,6 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
     NB: tl.constexpr = BLOCK_K // 32
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = (rows < R)[:, None]
-    blk = pid_k * NB + tl.arange(0, NB)
-    sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
-                    mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
     if CVT != 0 and PACK == 0:
         # 8 codes a thread, as the output's 16-byte stores hold: the asm below keeps Triton
         # from moving the layout conversion to the bytes (measured by sass_quant: 3 barriers
@@ -143,26 +138,30 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
         cols = tl.max_contiguous(pid_k * BLOCK_K + tl.arange(0, BLOCK_K), 8)
         d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
         codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
-        elem = cvt_values(tl.reshape(codes, [BLOCK_R, NB, 32]), CVT, CVT_SHIFT, CVT_ASM)
     else:
         codes = load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K)
-        codes = tl.reshape(codes, [BLOCK_R, NB, 32])
-        if CVT != 0:
-            elem = cvt_values(codes.to(tl.uint8), CVT, CVT_SHIFT, CVT_ASM)
-        else:
-            elem = decode(codes, MBITS, BIAS, BITS, IS_INT, SPECIALS)
-    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    out = out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :]
-    if SAT_CAST:
+    blk = pid_k * NB + tl.arange(0, NB)
+    sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
+                    mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
+    codes = tl.reshape(codes, [BLOCK_R, NB, 32])
+    if CVT != 0:
+        elem = cvt_values(codes.to(tl.uint8), CVT, CVT_SHIFT, CVT_ASM)
+    else:
+        elem = decode(codes, MBITS, BIAS, BITS, IS_INT, SPECIALS)
+    if SAT_CAST:  # no Inf codes: saturated and rounded by one conversion
         val = elem * e8m0_value(sbyte)[:, :, None]
-        tl.store(out, satfinite_cast(tl.reshape(val, [BLOCK_R, BLOCK_K]), OUT_KIND),
+        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        tl.store(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
+                 satfinite_cast(tl.reshape(val, [BLOCK_R, BLOCK_K]), OUT_KIND),
                  mask=row_ok & (cols < K)[None, :])
     else:
         # a NaN scale (0xFF): the whole block NaN; beyond the dtype's max: +-max (Inf codes
         # stay)
         val = scaled_saturated(elem, e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
-        store_fp32(out, tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :],
-                   OUT_KIND, HW_CAST)
+        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
+                   tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
+                   HW_CAST)
 
 
 @triton.jit
