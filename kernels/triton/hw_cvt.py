@@ -102,8 +102,9 @@ def sat_cast_here(fmt: ElemFormat, out_kind: int, interpreted: bool, sm: int | N
 
 
 def cvt_asm(fp8: str, out: str) -> str:
-    """PTX of one asm call: values $4..$7 (groups: $4..$7, bytes: $1..$4), a keep mask (0 for a
-    NaN / Inf block, else all ones) after them -> `out`:
+    """PTX of one asm call: four fp32 values, then four copies of their block's keep mask (0 for
+    a NaN / Inf block, else all ones; the first is read), as operands after the outputs ($1..
+    for one output, $4.. for 'fp6 groups'' four) -> `out`:
     'bytes': $0 the four fp8 bytes (value j in byte j);
     'fp6 bytes': the same with each sign moved from bit 7 to bit 5 (mxfp6 codes);
     'fp6 groups': $0 the 24-bit group c0 | c1 << 6 | c2 << 12 | c3 << 18 of those codes, $1..$3
