@@ -1,6 +1,7 @@
 """Check and time the Triton MX quantize / dequantize / QDQ kernels against the torch reference.
 
     python tools/bench_quant.py [--quick] [--shape 8192x8192] [--out results.json]
+        [--kernels quantize,dequantize,qdq] [--hw-cvt gate|off|on|both]
 
 For every format x layout x rounding (--quick: a subset), on a bf16 [R, K] input:
 1. bits: Triton == kernels.reference.mx for quantize (data + scales), dequantize (-> bf16) and
@@ -12,7 +13,9 @@ For every format x layout x rounding (--quick: a subset), on a bf16 [R, K] input
 3. print a markdown table (kernel, format, layout, rounding, us, TB/s, % of copy BW, speed-up
    over the reference, and the CUDA-graph time and the tile as cross-checks) under the
    device, torch / triton versions and date; --out writes JSON.
-Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
+--hw-cvt both times quantize / dequantize with the GPU-instruction paths (kernels/triton/hw_cvt.py,
+fp4_lanes.py) off and then on, one row each ("hw cvt" in the config column), bits checked both
+ways. Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
 """
 from __future__ import annotations
 
