@@ -1,7 +1,7 @@
 """Offline SASS instructions per element of the Triton MX quantize / dequantize kernels.
 
     PYTHONPATH=/tmp/t36site python tools/sass_quant.py --kernel quantize --dtype bf16 \
-        [--formats mxfp4,mxint8] [--layouts packed,unpacked]
+        [--formats mxfp4,mxint8] [--layouts packed,unpacked] [--cvt] [--hist]
 
 Why: an instruction count is what a change to the element math moves, and it can be read
 without a GPU. It does not predict the time: on 2026-12-03 (H200) two versions with a quarter
@@ -10,6 +10,9 @@ change on the GPU as well. Each variant is compiled for sm_90a (`triton.compile`
 GPUTarget, ptxas from the triton wheel) and its SASS (cuobjdump) counted. This also checks
 that every variant compiles with the triton installed (the H200 runs 3.6: put a 3.6 install
 first on PYTHONPATH).
+
+Also reported: registers a thread (cuobjdump --dump-resource-usage), which set how many programs
+an SM holds.
 
 Counted: every instruction line up to the last EXIT (the trailing BRA-to-self and NOP padding
 are not run). The kernels have no loops, so a thread runs each counted instruction at most once.
@@ -87,10 +90,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def registers(cubin: bytes) -> int:
+    """Registers a thread of a compiled kernel (cuobjdump --dump-resource-usage): what decides
+    how many programs an SM holds (the quantize kernel's 4-warp programs: 16 at 32)."""
+    import subprocess
+    import tempfile
+
+    from triton import knobs
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        out = subprocess.run([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", path],
+                             capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"REG:(\d+)", out).group(1))
+
+
 def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
-                 cvt: bool = False) -> tuple[str, int]:
+                 cvt: bool = False, info: dict | None = None) -> tuple[str, int]:
     """(SASS text, elements one thread owns) of one variant, compiled for sm_90a; `cvt`: the
-    quantize kernel's elements through the fp8 conversion (hw_cvt) where the format has one."""
+    GPU-instruction paths (hw_cvt, fp4_lanes) where the variant has one; `info` (a dict)
+    receives the kernel's "registers"."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
@@ -133,6 +153,8 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": mx_quant.GPU_WARPS})
     per_thread = tile["BLOCK_R"] * tile["BLOCK_K"] // (32 * mx_quant.GPU_WARPS)
+    if info is not None:
+        info["registers"] = registers(compiled.asm["cubin"])
     return compiled.asm["sass"], per_thread
 
 
@@ -143,20 +165,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"triton {triton.__version__}, sm_90a, {args.kernel}, dtype {args.dtype}")
     from kernels.spec.formats import get_format
     from kernels.triton.hw_cvt import carrier
-    print("| format | layout | path | instructions | elements/thread | per element |")
-    print("|---|---|---|---|---|---|")
+    print("| format | layout | path | instructions | elements/thread | per element | registers |")
+    print("|---|---|---|---|---|---|---|")
     for name, layout in variants(args.kernel, args.formats, args.layouts):
         paths = [False]
         lanes = name == "mxfp4" and args.dtype == "bf16"
         if args.cvt and (carrier(get_format(name))[0] or args.kernel == "dequantize" or lanes):
             paths.append(True)
         for cvt in paths:
+            info: dict = {}
             sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype,
-                                            args.rounding, cvt)
+                                            args.rounding, cvt, info)
             n = count_instructions(sass)
             path = ("hw cvt" if cvt else "encode") if args.kernel == "quantize" else (
                 "hw cvt" if cvt else "decode")
-            print(f"| {name} | {layout} | {path} | {n} | {per_thread} | {n / per_thread:.1f} |")
+            print(f"| {name} | {layout} | {path} | {n} | {per_thread} | {n / per_thread:.1f} "
+                  f"| {info['registers']} |")
             if args.hist:
                 print("  " + ", ".join(f"{op} {c}" for op, c in opcode_histogram(sass).items()))
     return 0

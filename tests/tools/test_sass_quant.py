@@ -74,8 +74,9 @@ def test_compiles_one_variant_offline() -> None:
     per_element = {}
     for line in out.stdout.splitlines():
         cells = [c.strip() for c in line.split("|")[1:-1]]
-        if len(cells) == 6 and cells[0] in ("mxfp4", "mxfp6_e2m3", "mxfp8_e5m2"):
+        if len(cells) == 7 and cells[0] in ("mxfp4", "mxfp6_e2m3", "mxfp8_e5m2"):
             per_element[(cells[0], cells[1], cells[2])] = float(cells[5])
+            assert 16 <= int(cells[6]) <= 255, line  # registers a thread, from cuobjdump
     assert 5 < per_element[("mxfp4", "packed", "encode")] < 30, out.stdout  # ~21 (triton 3.6)
     # the PTX of the fp8 conversion (mxfp6 / mxfp8) and of mxfp4's bf16x2 lanes compiles
     # (ptxas) and cuts the element work of every layout it serves
