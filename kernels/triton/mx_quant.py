@@ -26,8 +26,9 @@ from kernels.triton import fp4_lanes, hw_cvt, launcher
 from kernels.triton.fp4_lanes import lane_bytes
 from kernels.triton.grid_dependency import release_dependents
 from kernels.triton.mx_codec import (
-    KIND_OF_DTYPE, ROUNDING_CODE, block_exponents, blocks_scaled, decode, e8m0_value, encode, format_constexprs,
-    load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_bits, tile_blocks,
+    KIND_OF_DTYPE, ROUNDING_CODE, block_exponents, blocks_scaled, decode, e8m0_value, encode,
+    format_constexprs, load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_bits,
+    tile_blocks,
 )
 from kernels.triton.fp6_store import store_fp6_words
 from kernels.triton.hw_cvt import cvt_codes, cvt_values, satfinite_cast
@@ -47,8 +48,7 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
     which Triton's own specialization (multiples of 16) misses when K % 256 != 0.
     CVT != 0: the elements round through an fp8 conversion (hw_cvt.cvt_codes; PTX where
-    CVT_ASM). LANES: packed mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where
-    LANES_ASM)."""
+    CVT_ASM). LANES: mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where LANES_ASM)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -76,20 +76,12 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
         byte, _ = tl.split(tl.reshape(pairs, [BLOCK_R, BLOCK_K // 2, 2]))
         cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
         tl.store(d_row + cols[None, :], byte, mask=row_ok & (cols < K // 2)[None, :])
-    elif LANES:
-        codes = lane_bytes(h, e, bad, ROUNDING == 0, False, LANES_ASM, BLOCK_R, BLOCK_K)
-        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-        tl.store(d_row + cols[None, :], codes, mask=row_ok & (cols < K)[None, :])
-    elif CVT != 0:
-        parts = cvt_codes(x, e, bad, CVT, CVT_SHIFT, CVT_CLAMP, CVT_ASM, PACK == 2)
-        parts = tl.reshape(parts, [BLOCK_R, BLOCK_K])
-        if PACK == 0:
-            cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-            tl.store(d_row + cols[None, :], parts, mask=row_ok & (cols < K)[None, :])
-        else:
-            store_fp6_words(d_row[:, :, None], row_ok[:, :, None], parts, pid_k, K, BLOCK_R,
-                            BLOCK_K)
     else:
+        if LANES:  # one code a byte (uint8)
+            codes = lane_bytes(h, e, bad, ROUNDING == 0, False, LANES_ASM, BLOCK_R, BLOCK_K)
+        elif CVT != 0:  # uint8 codes, or (PACK 2) int32 parts whose pack4 is the group
+            codes = tl.reshape(cvt_codes(x, e, bad, CVT, CVT_SHIFT, CVT_CLAMP, CVT_ASM,
+                                         PACK == 2), [BLOCK_R, BLOCK_K])
         _store_codes(codes, d_row, row_ok, pid_k, K, PACK, BLOCK_R, BLOCK_K)
     blk = pid_k * NB + tl.arange(0, NB)
     sbyte = tl.where(bad, 255, e + 127).to(tl.uint8)
@@ -100,7 +92,8 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
 @triton.jit
 def _store_codes(codes, d_row, row_ok, pid_k, K, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
                  BLOCK_K: tl.constexpr):
-    """Element codes [BLOCK_R, BLOCK_K] (int32) stored in layout PACK."""
+    """Element codes [BLOCK_R, BLOCK_K] stored in layout PACK (int32; uint8 for PACK 0; for
+    PACK 2 any int32 whose fp6_store.pack4 is each four codes' group)."""
     if PACK == 0:
         cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
         tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
@@ -148,20 +141,19 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
         elem = cvt_values(codes.to(tl.uint8), CVT, CVT_SHIFT, CVT_ASM)
     else:
         elem = decode(codes, MBITS, BIAS, BITS, IS_INT, SPECIALS)
-    if SAT_CAST:  # no Inf codes: saturated and rounded by one conversion
+    # a NaN scale (0xFF): the whole block NaN; beyond the dtype's max: +-max (Inf codes stay;
+    # SAT_CAST, no Inf codes: saturated in the store's conversion)
+    if SAT_CAST:
         val = elem * e8m0_value(sbyte)[:, :, None]
-        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-        tl.store(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
-                 satfinite_cast(tl.reshape(val, [BLOCK_R, BLOCK_K]), OUT_KIND),
-                 mask=row_ok & (cols < K)[None, :])
     else:
-        # a NaN scale (0xFF): the whole block NaN; beyond the dtype's max: +-max (Inf codes
-        # stay)
         val = scaled_saturated(elem, e8m0_value(sbyte)[:, :, None], OUT_KIND, SPECIALS)
-        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-        store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :],
-                   tl.reshape(val, [BLOCK_R, BLOCK_K]), row_ok & (cols < K)[None, :], OUT_KIND,
-                   HW_CAST)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :]
+    val = tl.reshape(val, [BLOCK_R, BLOCK_K])
+    if SAT_CAST:
+        tl.store(ptrs, satfinite_cast(val, OUT_KIND), mask=row_ok & (cols < K)[None, :])
+    else:
+        store_fp32(ptrs, val, row_ok & (cols < K)[None, :], OUT_KIND, HW_CAST)
 
 
 @triton.jit
