@@ -78,9 +78,8 @@ def launcher_rows(mod: torch.nn.Module, x: torch.Tensor) -> list[tuple[str, floa
 
     fn, key, grid, args, kw = captured_launch(mod, x)
     launcher.launch(fn, key, grid, args, **kw)
+    compiled = launcher.compiled_of(fn, key, **kw)
     device = driver.active.get_current_device()
-    memo = (id(fn), key, device, kw["num_warps"], kw["num_stages"], kw.get("maxnreg", 0))
-    compiled = launcher._COMPILED[memo]
     stream = driver.active.get_current_stream(device)
     g = (*grid, 1, 1)[:3]
     ints = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)

@@ -24,7 +24,10 @@ wgmma_tiles.grid_wait (Gluon); the release below is Triton's, for the QDQ kernel
 PDL_VERIFIED gates it as linear_wgmma's gates do: written 2026-12-05 without a GPU (compiled
 for sm_90a offline: tests/kernels/triton/test_grid_dependency.py); switched on once that file's
 GPU tests pass in a whole-suite H200 run, and kept only where `registry bench` shows W4A4's
-time nearer W4A16's.
+time nearer W4A16's. Kept OFF (2026-12-05, H100, tools/bench_pdl.py, graph): its GPU tests pass
+(same bits as off), but it gained 0.1-0.7 us at M = 1 / 16 / 64 (W4A4 / W4A16 8192^2 1.13 /
+1.19 / 1.21 -> 1.12 / 1.18 / 1.18) and lost 8.5 us at M = 1024; the gap is not one launch's
+latency (docs/benchmarks.md part 21).
 """
 from __future__ import annotations
 

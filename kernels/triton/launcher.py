@@ -56,7 +56,7 @@ def launch(fn: Any, key: Hashable, grid: Sequence[int], args: Sequence[Any], *, 
         fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages, **opts)
         return None
     device = driver.active.get_current_device()
-    memo = (id(fn), key, device, num_warps, num_stages, maxnreg, pdl)
+    memo = _memo(fn, key, device, num_warps, num_stages, maxnreg, pdl)
     compiled = _COMPILED.get(memo)
     if compiled is None or hooked():  # profilers' launch hooks: Triton's own path calls them
         compiled = fn[tuple(grid)](*args, num_warps=num_warps, num_stages=num_stages, **opts)
@@ -70,6 +70,20 @@ def launch(fn: Any, key: Hashable, grid: Sequence[int], args: Sequence[Any], *, 
     compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None,
                  None, None, *args)
     return compiled
+
+
+def _memo(fn: Any, key: Hashable, device: int, num_warps: int, num_stages: int, maxnreg: int,
+          pdl: bool) -> tuple:
+    """What `launch` keeps a compiled specialization under."""
+    return (id(fn), key, device, num_warps, num_stages, maxnreg, pdl)
+
+
+def compiled_of(fn: Any, key: Hashable, *, num_warps: int, num_stages: int, maxnreg: int = 0,
+                pdl: bool = False) -> Any:
+    """The specialization `launch` compiled for these arguments on the current device (None if
+    it has not): for tools that time its launcher apart (tools/host_profile.py)."""
+    device = driver.active.get_current_device()
+    return _COMPILED.get(_memo(fn, key, device, num_warps, num_stages, maxnreg, pdl))
 
 
 class Bound:
@@ -218,6 +232,6 @@ def compiled_count() -> int:
     return len(_COMPILED)
 
 
-__all__ = ["Bound", "aligned", "cdiv", "compiled_count", "constexpr_indices", "current_stream",
-           "hooked", "intern", "launch", "launch_auto", "spec_key",
+__all__ = ["Bound", "aligned", "cdiv", "compiled_count", "compiled_of", "constexpr_indices",
+           "current_stream", "hooked", "intern", "launch", "launch_auto", "spec_key",
            "split_launcher"]

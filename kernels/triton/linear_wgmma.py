@@ -419,13 +419,14 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
 
 # Bounds a plan keeps ((stream, M tiles) pairs: a decode step's M is one tile, prefill's vary)
 FAST_BOUNDS = 64
-# Bounds past one M tile (a grid of several; the eager path at prefill's M): written
-# 2026-12-03 after the session's device time was spent — the same Bound as one tile's with
-# another grid; off until test_bound_launches_give_the_general_paths_bits (M = 200..600)
-# passes in a whole-suite H200 run. Why: at M = 1024 eager ran 12-35 us past graph on the
+# Bounds past one M tile (a grid of several; the eager path at prefill's M): the same Bound as
+# one tile's with another grid. Why: at M = 1024 eager ran 12-35 us past graph on the H200's
 # wide ws rows, and the general path has Triton encode the plan's four TMA descriptors
-# (cuTensorMapEncodeTiled) on every call, which a Bound does once (not yet measured).
-TILES_BOUND_VERIFIED = False
+# (cuTensorMapEncodeTiled) on every call, which a Bound does once. Written 2026-12-03 without a
+# GPU; on since 2026-12-05: test_bound_launches_give_the_general_paths_bits (M = 200..600)
+# passed in whole-suite runs on an H100, where eager at M = 256 / 1024 ran within 0-4 us of
+# graph with the gate on or off (a fast host: the H200's gap is not yet re-measured).
+TILES_BOUND_VERIFIED = True
 
 
 # run_wgmma's per-call arguments of the kernel: x, out, M, x's and out's row strides

@@ -80,8 +80,9 @@ def test_a_seen_input_shape_launches_the_plans_bound_with_the_general_arguments(
     fused_linear(x, prepared, torch.zeros(n))
     assert len(runs) == 5
     launches = len(bound)
-    # past one M tile (prefill): the general path while multi-tile Bounds are gated, then a
-    # Bound of its own grid, and the eager path too
+    # past one M tile (prefill): with the gate off, the general path each call; with it on
+    # (the default since 2026-12-05), a Bound of its own grid, and the eager path too
+    monkeypatch.setattr(lw, "TILES_BOUND_VERIFIED", False)
     fused_linear(torch.randn(17, k, generator=gen).to(torch.bfloat16), prepared)
     fused_linear(torch.randn(17, k, generator=gen).to(torch.bfloat16), prepared)
     assert len(runs) == 7 and len(bound) == launches, "gated: each call the general path"

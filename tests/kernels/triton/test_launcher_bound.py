@@ -142,3 +142,32 @@ def test_this_triton_s_own_wrapper_is_declined_unless_it_is_3_6() -> None:
                  [{"swizzle": 3}])
     split = launcher.split_launcher(Compiled(Run(inner)))
     assert (split is not None) == triton.__version__.startswith("3.6")
+
+
+def test_compiled_of_finds_what_launch_compiled(monkeypatch) -> None:
+    """`compiled_of` looks a specialization up under `launch`'s own memo (tools/host_profile.py
+    times its launcher apart: it broke once when `launch`'s memo gained `pdl`); other options
+    find nothing."""
+    class Active:
+        def get_current_device(self) -> int:
+            return 3
+
+    class Driver:
+        active = Active()
+
+    class Kernel:  # a compiled kernel's stand-in: fn[grid](...) compiles and returns it
+        def __getitem__(self, grid):  # noqa: ANN001
+            return lambda *args, **opts: ("compiled", grid, opts)
+
+    monkeypatch.setattr(launcher, "driver", Driver())
+    monkeypatch.setattr(launcher, "hooked", lambda: False)
+    fn = Kernel()
+    got = launcher.launch(fn, ("key",), (2,), (1,), num_warps=4, num_stages=3, maxnreg=64,
+                          pdl=True)
+    assert got == ("compiled", (2,), {"num_warps": 4, "num_stages": 3, "maxnreg": 64,
+                                      "launch_pdl": True})
+    found = launcher.compiled_of(fn, ("key",), num_warps=4, num_stages=3, maxnreg=64, pdl=True)
+    assert found is got
+    assert launcher.compiled_of(fn, ("key",), num_warps=4, num_stages=3, maxnreg=64) is None
+    assert launcher.compiled_of(fn, ("key",), num_warps=8, num_stages=3, maxnreg=64,
+                                pdl=True) is None
