@@ -5,29 +5,26 @@
 #   1. the wide ws tile at N = 28672, M = 4096, 2 against 3 stages (0.94-0.99x: inside one run's
 #      spread on 2026-12-03) and at M = 256 / 512 with split-K 2 (decided 2026-12-03 20:45,
 #      benchmarks part 17: split rows at M <= 256 on N < 16384; re-run to re-check the table);
-#   2. where eager time goes past one M tile (M = 1024: eager − graph +12 to +35 µs with the
-#      wide rows, none with dequant-gemm): tools/host_profile.py --ms 256,1024 gives eager with
-#      and without the L2 flush beside graph (host-bound or not);
-#   3. `registry bench` of mxfp8 at M = 1 / 16 on the large shapes (eager +8.5 to +10.2 µs).
-#   4. W4A4 against W4A16 with programmatic dependent launch off and on (grid_dependency,
-#      gated PDL_VERIFIED: W4A4 was 14 / 18 % past W4A16 at M = 1 / 16 on 8192², target 10 %):
-#      tools/bench_pdl.py, bits checked equal; keep the gate on only where it wins.
-#   5. mxfp4 / mxfp6 at M = 1: more warps an SM. The table's 8 x 256 split-2 row is 256 programs
-#      of 4 warps (115 registers: 4 fit an SM, the grid gives 2), so 2 warps a scheduler hide
-#      the decode's latency (part 19: it streams at 76 % of cuBLAS's bf16 rate). Split 4 and
-#      block_k 128 (64 registers) give 4 programs an SM; checked against the reference first.
-#      M = 16 likewise (the ws 16 x 512 row: one 140 KB program an SM, 128 for 132 SMs): ws
-#      with split-K 2 (256 programs) and a 16 x 256 ring of 6 (two an SM).
-#   6. issue 16's MoE table as the code stands (last measured whole on 2026-12-01, part 5:
-#      mxfp6 at T = 2048 0.70-0.72 of mxfp4's ratio, target 0.75; DeepSeek-like T = 2048 0.84x
-#      since part 10): the three shapes x three schemes x T = 1 / 16 / 256 / 2048; then
-#      DeepSeek-like w_mxfp4 with the one-program routing sort at every T (what ran before
-#      moe_routing's many-program sort) to see what the sort took.
-#   7. quantize / dequantize through the GPU-instruction paths (kernels/triton/hw_cvt.py,
-#      fp4_lanes.py; gated CVT_VERIFIED, FP4_LANES_VERIFIED): every format at 8192², the gates
-#      off and on in one run, bits checked first (offline SASS, bf16: quantize packed mxfp4
-#      20.8 -> 13.7 instructions an element, mxfp8 19.0 -> 9.0, packed mxfp6 23.1 -> 16.4;
-#      dequantize e4m3 19.4 -> 7.1, packed mxfp6 15.6 -> 11.6). Keep each gate where it wins.
+#   2. host: where eager time goes (tools/host_profile.py --ms 256,1024);
+#   3. `registry bench` of mxfp8 at M = 1 / 16 / 1024 on the large shapes;
+#   4. pdl: W4A4 against W4A16, programmatic dependent launch off and on (tools/bench_pdl.py);
+#   5. m1_occupancy / m16_occupancy: mxfp4 / mxfp6 at M = 1 / 16 with more programs an SM;
+#   6. moe: issue 16's table (three shapes x three schemes x T = 1 / 16 / 256 / 2048), then
+#      DeepSeek-like w_mxfp4 with the one-program routing sort beside the many-program one;
+#   7. quant_cvt: quantize / dequantize with the GPU-instruction paths (hw_cvt.py, fp4_lanes.py)
+#      off and on, every format at 8192², bits checked first.
+#   Steps 2-7 ran on an H100 on 2026-12-05 (docs/benchmarks.md part 21; host_profile then failed
+#   on a stale memo lookup, fixed since): CVT / FP4_LANES / TILES_BOUND on, PDL kept off.
+#   8. moe_tiles (next): MoE tiles at T = 2048, where mxfp6 W6A6 runs at 0.52-0.70 of mxfp4's
+#      ratio (target 0.75) and its table row is the plain 128-row one (no TMA x, no rep 2: the
+#      rows mxfp4's experts got on the H200): each shape, mxfp6 and mxfp4 apart (a config one
+#      format's shared memory cannot hold would stop the other's run), the table's row beside
+#      forced candidates — rep 2 + TMA x (mxfp4's experts row), halves + TMA x, TMA x alone, the
+#      ws 128 tile and the wide ws 256 tile (half the weight re-reads: rows per expert ~192 at
+#      DeepSeek-like T = 2048); every one checked against the reference before it is timed.
+#      Keep as experts-only table rows (linear_configs, experts=True) what wins on all three.
+#      On the H200: re-run steps 6 / 7 there too (the issue's device; the quantize target's
+#      issue bound is tighter at its 4.26 TB/s).
 # Earlier sweeps (ws at M = 1..128, MoE experts through ws and the wide tile, both wide tiles
 # against dequant-gemm, MXFP8 x MXFP8 ws): git history, docs/benchmarks.md parts 13-16. Each
 # step has its own time limit; JSON and logs go to $OUT.
@@ -36,6 +33,7 @@
 #   OUT=/tmp/out STEPS="m1_occupancy m16_occupancy" bash tools/gpu_sweeps.sh   (the next call)
 #   OUT=/tmp/out STEPS=moe bash tools/gpu_sweeps.sh             (issue 16's MoE table, alone)
 #   OUT=/tmp/out STEPS=quant_cvt bash tools/gpu_sweeps.sh       (step 7, ~2 min)
+#   OUT=/tmp/out STEPS=moe_tiles bash tools/gpu_sweeps.sh       (step 8, alone)
 # STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
 # 600 s a call; "wide" is step 1, decided 2026-12-03).
 set -uo pipefail
@@ -71,3 +69,10 @@ done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 20
   --schemes w_mxfp4 --t 256,2048 --one-program-chunks 1000000'
 step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
   --kernels quantize,dequantize --no-reference-time --hw-cvt both --out "$OUT/quant_cvt.json"
+step moe_tiles "${TILES_S:-420}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
+  set -- $s; shape="--experts $1 --top-k $2 --n $3 --k $4 --t 2048 --backends triton"
+  python3 tools/bench_moe.py $shape --schemes w_mxfp6_e3m2_a_mxfp6_e3m2 \
+    --wgmma 128:128:2:2:4:0:1:2:1,128:128:2:2:4:0:2:1:1,128:128:1:3:4:0:1:1:1,128:128:1:4:4:0:1:1:1:1,256:128:1:2:4:0:1:1:1:1
+  python3 tools/bench_moe.py $shape --schemes w_mxfp4 \
+    --wgmma 128:128:1:4:4:0:1:1:1:1,256:128:1:3:4:0:1:1:1:1
+done'
