@@ -19,7 +19,8 @@
 #      ratio (target 0.75) and its table row is the plain 128-row one (no TMA x, no rep 2: the
 #      rows mxfp4's experts got on the H200): each shape, mxfp6 and mxfp4 apart (a config one
 #      format's shared memory cannot hold would stop the other's run), the table's row beside
-#      forced candidates — rep 2 + TMA x (mxfp4's experts row), halves + TMA x, TMA x alone, the
+#      forced candidates — rep 2 + TMA x (mxfp4's experts row), halves + TMA x, TMA x alone, two
+#      warpgroups (_WIDE_128: decode of one beside the MMAs of the other), the
 #      ws 128 tile and the wide ws 256 tile (half the weight re-reads: rows per expert ~192 at
 #      DeepSeek-like T = 2048); every one checked against the reference before it is timed.
 #      Keep as experts-only table rows (linear_configs, experts=True) what wins on all three.
@@ -72,7 +73,7 @@ step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
 step moe_tiles "${TILES_S:-420}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
   set -- $s; shape="--experts $1 --top-k $2 --n $3 --k $4 --t 2048 --backends triton"
   python3 tools/bench_moe.py $shape --schemes w_mxfp6_e3m2_a_mxfp6_e3m2 \
-    --wgmma 128:128:2:2:4:0:1:2:1,128:128:2:2:4:0:2:1:1,128:128:1:3:4:0:1:1:1,128:128:1:4:4:0:1:1:1:1,256:128:1:2:4:0:1:1:1:1
+    --wgmma 128:128:2:2:4:0:1:2:1,128:128:2:2:4:0:2:1:1,128:128:1:3:4:0:1:1:1,128:128:1:2:8:128:1:1:1,128:128:1:4:4:0:1:1:1:1,256:128:1:2:4:0:1:1:1:1
   python3 tools/bench_moe.py $shape --schemes w_mxfp4 \
     --wgmma 128:128:1:4:4:0:1:1:1:1,256:128:1:3:4:0:1:1:1:1
 done'

@@ -283,10 +283,11 @@ def _never(config: object) -> bool:
 def _serves(row: Choice, family: str, n: int, k: int, experts: bool,
             passed_over: Callable[[object], bool]) -> bool:
     """Whether a row serves a layer of the family and shape: its shape class; experts-only rows
-    for MoE experts only, warp-specialized ones (`WgmmaConfig.ws`) for dense layers only; and
-    not a row the caller passes over (a part of its config still gated off)."""
-    if experts:
-        kind_ok = not getattr(row.config, "ws", False)  # ws rows: measured on dense layers
+    for MoE experts only; warp-specialized ones (`WgmmaConfig.ws`) not marked experts-only
+    for dense layers only; and not a row the caller passes over (a part of its config still
+    gated off)."""
+    if experts:  # dense ws rows were measured on dense layers only; an experts-only one serves
+        kind_ok = row.experts or not getattr(row.config, "ws", False)
     else:
         kind_ok = not row.experts
     return (kind_ok and row.family == family and n >= row.n_min and k >= row.k_min

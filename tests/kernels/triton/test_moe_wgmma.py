@@ -77,6 +77,20 @@ def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, 
         assert not got[n:].any()
 
 
+def test_an_experts_only_ws_row_serves_experts_and_a_dense_ws_row_does_not(monkeypatch) -> None:
+    """A ws row measured on dense layers never serves MoE experts; one marked experts-only
+    (what tools/gpu_sweeps.sh's moe_tiles step may add) serves them, and no dense layer."""
+    ws = dataclasses.replace(linear_configs._WS_128, block_k=256)
+    dense_ws = linear_configs.Choice("other", 128, "wgmma", ws)
+    monkeypatch.setattr(linear_configs, "TABLE", (dense_ws, *linear_configs.TABLE))
+    assert moe_wgmma.config_for(4096, 64, "mxfp6_e3m2", 2048, 7168) != ws
+    assert linear_configs.config_for("wgmma", "other", 128, False, n=2048, k=7168) == ws
+    experts_ws = dataclasses.replace(dense_ws, experts=True)
+    monkeypatch.setattr(linear_configs, "TABLE", (experts_ws, *linear_configs.TABLE[1:]))
+    assert moe_wgmma.config_for(4096, 64, "mxfp6_e3m2", 2048, 7168) == ws
+    assert linear_configs.config_for("wgmma", "other", 128, False, n=2048, k=7168) != ws
+
+
 def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
     for rows, e, block_m in ((2, 8, 8), (32, 8, 8), (96, 64, 8), (512, 8, 64), (4096, 8, 128),
                              (100, 1, 128)):
