@@ -1,13 +1,15 @@
-"""W4A4 against W4A16 on the wgmma path with programmatic dependent launch off and on
-(kernels/triton/grid_dependency.py), on a GPU machine; issue 14: W4A4 within 10 % of W4A16.
+"""W4A4 against W4A16 on the wgmma path, with the two changes written to close the gap: the
+GEMM launched programmatically after the QDQ (kernels/triton/grid_dependency.py, PDL_VERIFIED)
+and the QDQ of a few rows one row a program (kernels/triton/qdq_plan.py, SMALL_ROWS_VERIFIED);
+on a GPU machine; issue 14: W4A4 within 10 % of W4A16.
 
     python tools/bench_pdl.py [--shapes 8192x8192,...] [--ms 1,16,64,1024] [--act mxfp4]
 
-Per (shape, M): graph and eager (L2 flushed) µs of W4A16, of W4A4 with the gate off (the QDQ,
-then the GEMM launched as any kernel) and on (the GEMM launched programmatically), the W4A4 /
-W4A16 time ratio of each, and whether gate on gave gate off's bits (it must: the same kernels).
-Fresh plans a gate setting (plans read it when built). The gate is opened here, in this process
-only; main switches it on after the GPU tests pass (tests/kernels/triton/test_grid_dependency.py).
+Per (shape, M): graph and eager (L2 flushed) µs of W4A16 and of W4A4 with each gate setting
+(both off; PDL on; small-rows QDQ on), the W4A4 / W4A16 time ratio of each, and whether each
+setting gave the both-off bits (it must). Fresh plans a setting (plans read PDL when built, the
+QDQ its tile at a plan's first launch of a row count). The gates are opened here, in this
+process only; main switches one on after its GPU test passes in a whole-suite run.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.base import load_kernel  # noqa: E402
 from kernels.spec.contract import QuantKey, SchemeContract  # noqa: E402
-from kernels.triton import grid_dependency  # noqa: E402
+from kernels.triton import grid_dependency, qdq_plan  # noqa: E402
 from kernels.triton.linear_emulation import fused_linear  # noqa: E402
 from registry.machine.timing import _copies_needed, graph_ms, median_ms  # noqa: E402
 
@@ -63,31 +65,37 @@ def main() -> None:
                 "of 32, positive M")
     if not torch.cuda.is_available():
         sys.exit("bench_pdl: needs a CUDA GPU (programmatic dependent launch is sm_90's)")
+    settings = (("both off", False, False), ("PDL on", True, False),
+                ("small QDQ", False, True))
     rows = []
-    print(f"{'N x K':>12} {'M':>5} | {'W4A16':>13} | {'W4A4 PDL off':>20} | "
-          f"{'W4A4 PDL on':>20} | bits")
+    print(f"{'N x K':>12} {'M':>5} | {'W4A16':>13} | " + " | ".join(
+        f"{'W4A4 ' + label:>20}" for label, _, _ in settings) + " | bits")
     for n, k in shapes:
         shape = f"{n}x{k}"
         gen = torch.Generator(device="cuda").manual_seed(n + k)
         w = torch.randn(n, k, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.05
         copies = _copies_needed(n * k // 2, "cuda")
         base = layers(w, None, copies)
-        grid_dependency.PDL_VERIFIED = False
-        off = layers(w, args.act, copies)
-        grid_dependency.PDL_VERIFIED = True
-        on = layers(w, args.act, copies)
+        built = []
+        for _, pdl, small in settings:
+            grid_dependency.PDL_VERIFIED = pdl
+            built.append(layers(w, args.act, copies))
         grid_dependency.PDL_VERIFIED = False
         for m in ms:
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             g16, e16, _ = timed(base, x)
-            goff, eoff, want = timed(off, x)
-            gon, eon, got = timed(on, x)
-            same = torch.equal(got.view(torch.int16), want.view(torch.int16))
-            rows.append(dict(n=n, k=k, m=m, w4a16=(g16, e16), off=(goff, eoff), on=(gon, eon),
-                             same_bits=same))
-            print(f"{shape:>12} {m:>5} | {g16:6.1f} {e16:6.1f} | {goff:6.1f} {eoff:6.1f} "
-                  f"{goff / g16:5.2f}x | {gon:6.1f} {eon:6.1f} {gon / g16:5.2f}x | "
-                  f"{'ok' if same else 'DIFFER'}")
+            cells, outs = {}, []
+            for (label, _, small), prepared in zip(settings, built):
+                qdq_plan.SMALL_ROWS_VERIFIED = small
+                g, e, out = timed(prepared, x)
+                qdq_plan.SMALL_ROWS_VERIFIED = False
+                cells[label] = (g, e)
+                outs.append(out.view(torch.int16))
+            same = all(torch.equal(o, outs[0]) for o in outs[1:])
+            rows.append(dict(n=n, k=k, m=m, w4a16=(g16, e16), w4a4=cells, same_bits=same))
+            print(f"{shape:>12} {m:>5} | {g16:6.1f} {e16:6.1f} | " + " | ".join(
+                f"{g:6.1f} {e:6.1f} {g / g16:5.2f}x" for g, e in cells.values())
+                + f" | {'ok' if same else 'DIFFER'}")
     print("cells: graph µs, eager µs, W4A4 graph / W4A16 graph")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))

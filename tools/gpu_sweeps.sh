@@ -7,7 +7,8 @@
 #      benchmarks part 17: split rows at M <= 256 on N < 16384; re-run to re-check the table);
 #   2. host: where eager time goes (tools/host_profile.py --ms 256,1024);
 #   3. `registry bench` of mxfp8 at M = 1 / 16 / 1024 on the large shapes;
-#   4. pdl: W4A4 against W4A16, programmatic dependent launch off and on (tools/bench_pdl.py);
+#   4. pdl: W4A4 against W4A16: both gates off, PDL on, the small-rows QDQ tile on
+#      (qdq_plan.SMALL_ROWS_VERIFIED, written 2026-12-05: 90 SASS a thread at M = 1, was 683);
 #   5. m1_occupancy / m16_occupancy: mxfp4 / mxfp6 at M = 1 / 16 with more programs an SM;
 #   6. moe: issue 16's table (three shapes x three schemes x T = 1 / 16 / 256 / 2048), then
 #      DeepSeek-like w_mxfp4 with the one-program routing sort beside the many-program one;

@@ -17,6 +17,18 @@ from kernels.triton.grid_dependency import pdl_here
 from kernels.triton.mx_codec import KIND_OF_DTYPE, ROUNDING_CODE, format_constexprs
 from kernels.triton.mx_quant import bits_view
 
+# A few rows (a decode step's activation, M <= SMALL_ROWS): one row a program. The general tile
+# (16 x 256, 4 warps) gives each thread 32 elements of which, at M = 1, 30 are masked rows'; the
+# QDQ then runs ~640 dependent instructions a thread before the GEMM may start (W4A4 paid 2.4 /
+# 3.4 us over W4A16 at M = 1 / 16 on 8192^2, H100 2026-12-05, with PDL not hiding it). A 1 x 256
+# tile gives each thread 2 elements and M x 32 programs. Written 2026-12-05 without a GPU
+# (interpreter: same bits, tests/kernels/triton/test_triton_quant.py); SMALL_ROWS_VERIFIED is
+# switched on once its GPU test passes in a whole-suite run and tools/bench_pdl.py times W4A4
+# nearer W4A16 with it (the interpreter takes the tile whenever the gate is on).
+SMALL_ROWS = 64
+SMALL_ROWS_TILE = {"BLOCK_R": 1, "BLOCK_K": 256}
+SMALL_ROWS_VERIFIED = False
+
 
 class QdqPlan:
     """`qdq` for one (format, rounding, x dtype, K) with its checks and constants done once: a
@@ -29,15 +41,27 @@ class QdqPlan:
                  keep_launches: bool = False):
         fmt = mx_quant._format(fmt)
         self.tile = mx_quant._tile("qdq", 0)
-        consts = format_constexprs(fmt)
-        consts.update(IN_KIND=KIND_OF_DTYPE[dtype],
-                      ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
-                      HW_CAST=not mx_quant._INTERPRETED,
-                      TRIGGER=pdl_here(mx_quant._INTERPRETED), **self.tile)
-        names = mx_quant._qdq_kernel.arg_names
-        self.tail = tuple(consts[name] for name in names[names.index("IN_KIND"):])
-        self.key = launcher.intern((self.tail, k, k % 16 == 0))
+        self.consts = format_constexprs(fmt)
+        self.consts.update(IN_KIND=KIND_OF_DTYPE[dtype],
+                           ROUNDING=ROUNDING_CODE[check_rounding(rounding)],
+                           HW_CAST=not mx_quant._INTERPRETED,
+                           TRIGGER=pdl_here(mx_quant._INTERPRETED))
+        self.k = k
+        self._launches: dict[int, tuple] = {}  # BLOCK_R -> (tile, tail, key)
         self.fast: Optional[dict] = {} if keep_launches and not mx_quant._INTERPRETED else None
+
+    def launch_consts(self, r: int) -> tuple[dict, tuple, int]:
+        """(tile, the kernel's constexpr arguments, launch key) for r rows: the general tile, or
+        SMALL_ROWS_TILE for a few rows where that gate is on."""
+        tile = SMALL_ROWS_TILE if SMALL_ROWS_VERIFIED and r <= SMALL_ROWS else self.tile
+        got = self._launches.get(tile["BLOCK_R"])
+        if got is None:
+            names = mx_quant._qdq_kernel.arg_names
+            consts = dict(self.consts, **tile)
+            tail = tuple(consts[name] for name in names[names.index("IN_KIND"):])
+            got = self._launches[tile["BLOCK_R"]] = (
+                tile, tail, launcher.intern((tail, self.k, self.k % 16 == 0)))
+        return got
 
     def __call__(self, x2d: torch.Tensor) -> torch.Tensor:
         """x2d [R, K] (unit stride along K, the plan's dtype: the caller checked) -> QDQ(x2d)."""
@@ -71,11 +95,12 @@ class QdqPlan:
             if self.launch_bound(x2d.data_ptr(), r, sx, out, stream):
                 return
             fkey = (stream, r, sx)
-        grid = (-(-r // self.tile["BLOCK_R"]), -(-k // self.tile["BLOCK_K"]))
+        tile, tail, key = self.launch_consts(r)
+        grid = (-(-r // tile["BLOCK_R"]), -(-k // tile["BLOCK_K"]))
         xb, ob = bits_view(x2d), bits_view(out)
-        args = (xb, ob, r, k, sx, k) + self.tail
+        args = (xb, ob, r, k, sx, k) + tail
         compiled = launcher.launch(mx_quant._qdq_kernel,
-                                   (self.key, launcher.aligned(xb), r == 1, r % 16 == 0, sx == 1,
+                                   (key, launcher.aligned(xb), r == 1, r % 16 == 0, sx == 1,
                                     sx % 16 == 0), grid, args, num_warps=mx_quant.GPU_WARPS,
                                    num_stages=3)
         if fkey is not None and compiled is not None:

@@ -273,6 +273,25 @@ def test_bad_inputs_raise_clear_errors() -> None:
         tri.dequantize(data, scales, fmt, "packed", 64, torch.int32)
 
 
+@pytest.mark.parametrize("name", ["mxfp4", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8"])
+def test_a_few_rows_qdq_with_one_row_a_program(name: str, monkeypatch) -> None:
+    """QdqPlan's small-rows tile (SMALL_ROWS_TILE: one row a program, a decode step's
+    activation): the reference's bits for 1..SMALL_ROWS rows, fresh random rows with NaN / Inf /
+    zero / subnormal blocks, each input dtype; past SMALL_ROWS the general tile. (On a GPU this
+    is the test that switches the gate on, `SMALL_ROWS_VERIFIED`.)"""
+    monkeypatch.setattr(_qdq, "SMALL_ROWS_VERIFIED", True)
+    fmt = FORMATS[name]
+    seed = zlib.crc32(f"small rows {name}".encode()) % 10_000
+    k = 1024  # 4 of the tile's 256-wide K tiles; special blocks anywhere
+    for i, (dtype, r) in enumerate(zip((torch.bfloat16, torch.float16, torch.float32,
+                                        torch.bfloat16, torch.bfloat16), (1, 3, 16, 64, 65))):
+        plan = _qdq.QdqPlan(name, "even", dtype, k)
+        want_tile = _qdq.SMALL_ROWS_TILE if r <= _qdq.SMALL_ROWS else plan.tile
+        assert plan.launch_consts(r)[0] == want_tile, r
+        x = make_input(fmt, r, k, dtype, seed + i)
+        assert_same(tri.qdq(x, fmt, "even"), ref.qdq(x, fmt, "even"), f"{name} {dtype} r={r}")
+
+
 def test_a_kept_qdq_plan_launches_later_calls_with_the_first_calls_arguments(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """QdqPlan(keep_launches=True), the linear layers' activation QDQ: a call with rows and row
