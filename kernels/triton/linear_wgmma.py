@@ -244,61 +244,29 @@ def _slot(xbar, s, X_TMA: gl.constexpr):
     return bar
 
 
-# K past whole tiles (K_TAIL) and mxfp6 weights (FMT 1 / 2, fp6_words' layout): gates a path
-# passes once its GPU test has (test_k_past_whole_tiles_runs_on_wgmma, test_fp6_weights_match_
-# the_reference, test_fp6_experts_match_the_reference): both passed in the whole-suite GPU run
-# of commit 017ee6a (H200, triton 3.6.0, 2026-12-01 22:25 UTC, docs/verification.md).
+# Gates: a part written without a GPU runs once its GPU tests pass in a whole-suite run (the
+# runs, their commits and what each test covers: docs/verification.md; speeds: the table's rows).
+# K past whole tiles and mxfp6 weights (H200, 017ee6a, 2026-12-01).
 K_TAIL_VERIFIED = True
 FP6_VERIFIED = True
-# mxfp8 e4m3 weights (FMT 3, fp8_words' layout) and two warpgroups: written 2026-12-02 with no
-# device time left; test_fp8_weights_match_the_reference, test_two_warpgroups_match_the_
-# reference and test_two_warpgroup_experts_match_the_reference passed in the whole-suite GPU
-# run of commit 19d2a90 (H200, triton 3.6.0, 2026-12-02 02:53 UTC, docs/verification.md).
+# mxfp8 e4m3 weights (fp8_words' layout) (H200, 19d2a90, 2026-12-02).
 FP8_VERIFIED = True
-# Warps a program (16 weight rows each): 4 is one warpgroup, 64 rows. 8 (two warpgroups, 128
-# rows sharing one x tile) halves the x tile's re-reads, which at M >= 64 are most of a
-# program's copies (M = 128, block_k 128: 32 KB of x against 4 KB of weight a K tile); the
-# table takes it where measured faster (wide layers at M = 64, mxfp6 / mxfp8 at M = 128).
+# Warps a program: 4 is one warpgroup (64 weight rows); 8, two sharing one x tile (half the x
+# re-reads: most of a program's copies at M >= 64) (H200, 19d2a90).
 WARPS_VERIFIED = (4, 8)
-# Each K tile as two halves, the second's decode under the first's wgmma (SUB_K 2): written
-# 2026-12-02; test_k_halves_match_the_reference (every weight format, one and two warpgroups,
-# maxnreg 128, bit-equal to SUB_K 1) and the MoE experts' passed on the H200 at 4c47c1e
-# (triton 3.6.0, 2026-12-02 04:30 UTC; docs/verification.md).
+# SUB_K 2: a K tile in halves, the second's decode under the first's wgmma (H200, 4c47c1e).
 SUB_K_VERIFIED = True
-# Two 64-row blocks a warpgroup (REP 2: 128 weight rows a warpgroup sharing its x tile, half the
-# programs re-reading x): written 2026-12-02; every variant of the rep sweep (H200 04:58 UTC,
-# f744bf5: mxfp4 / e3m2 / e4m3, M 32..128, three shapes) matched the reference; the switch is
-# test_k_halves_match_the_reference's REP 2 cases in the whole-suite GPU run of this table.
+# REP 2: two 64-row blocks a warpgroup sharing its x tile (H200, f744bf5, 2026-12-02).
 REP_VERIFIED = True
-# The x tile by TMA (X_TMA, WgmmaConfig.tma_x; the table's rows record where it measured
-# faster): its GPU tests (test_x_by_tma_matches_the_reference, test_x_by_tma_experts_match_the_
-# reference) passed on the H200 (2026-12-03 09:42 UTC); the whole suite with the table's TMA
-# rows on passed there at 7bf79b8 (13:13 UTC, tools/gpu_check.sh, 3828 passed; warm, after a
-# cold run that filled the Triton cache: the earlier "stalls" were runs past their time limits,
-# no test ever passed 150 s; docs/verification.md).
+# The x tile by TMA (WgmmaConfig.tma_x) (H200, 7bf79b8, 2026-12-03).
 TMA_X_VERIFIED = True
-# Warp-specialized (WgmmaConfig.ws, linear_wgmma_ws.py): written 2026-12-03 (compiled for
-# sm_90a offline); its GPU tests (test_warp_specialized_matches_the_reference, the Bound and
-# MoE experts' ws tests) passed and the whole suite with the table's ws rows on was green on
-# the H200 at b698ccb (2026-12-03 17:21 UTC, tools/gpu_check.sh: 3899 passed; the one weight
-# layout and the encoded descriptors included; docs/verification.md).
+# Warp-specialized (WgmmaConfig.ws, linear_wgmma_ws.py) (H200, b698ccb, 2026-12-03).
 WS_VERIFIED = True
-# block_m = BLOCK_M_WIDE (256 activation rows and 128 weight rows a program, several M tiles a
-# call: the ws kernel's consumers on 64 weight rows each, wgmma N = 256): written 2026-12-03
-# after a first wide tile (64 weight rows, both consumers decoding each tile: verified but
-# 0.62-0.84x bf16, benchmarks part 15). In the whole-suite H200 run of d7a3d67 with this on
-# (18:18 UTC, 3906 passed) its GPU tests passed (test_wide_m_matches_the_reference x6,
-# test_wide_tile_experts_match_the_reference x2), and every test running M > 128 through the
-# table's wide rows; the run's 2 failures were tests' own (fixed in 928e18b, not re-run on the
-# GPU: no device time left; docs/verification.md). Measured faster than dequant-gemm in 24 of
-# 27 cells (linear_configs' rows).
+# block_m = BLOCK_M_WIDE: 256 activation rows and 128 weight rows a program (the ws kernel's
+# consumers on 64 weight rows each, wgmma N = 256) (H200, d7a3d67, 2026-12-03).
 WIDE_M_VERIFIED = True
-# The wide tile with split-K (split > 1: for M = 129-256 on N < 16384, where 128 x 256 programs
-# fill 64 of the 132 SMs; each consumer's partial parked and summed in slice order,
-# wgmma_tiles.finish_tile's parts): written 2026-12-03; test_wide_m_matches_the_reference's
-# split cases (2 and 3) passed in the whole-suite H200 run of 0406a8b (20:32 UTC, 3913 passed,
-# docs/verification.md); measured the same evening (docs/benchmarks.md part 17): 67-77 against
-# 82-91 us on 8192^2 at M = 256, losing at M = 512 (the table's rows: M <= 256 only).
+# The wide tile with split-K (M = 129-256 on N < 16384; each consumer's partial parked and
+# summed in slice order: wgmma_tiles.finish_tile) (H200, 0406a8b, 2026-12-03).
 WIDE_SPLIT_VERIFIED = True
 
 
