@@ -127,7 +127,12 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     words, sbytes, bwords, stride_we, stride_se = layout
     if activation is not None:  # row-wise QDQ: the same bits before or after the gather (once
         # for the T token rows: a config's fuse_act is for dense layers)
-        x = qdq_plan.QdqPlan(activation.format, activation.scale.rounding, x.dtype, k)(x)
+        qkey = ("wgmma_moe_qdq", activation, x.dtype, k)
+        plan = cached.get(qkey)  # (built once a weight: its checks and constants)
+        if plan is None:
+            plan = cached.setdefault(qkey, qdq_plan.QdqPlan(
+                activation.format, activation.scale.rounding, x.dtype, k))
+        x = plan(x)
     src, rw_sorted, dest, slots, grp = sort_rows(topk_ids, topk_weights, num_experts,
                                                  cfg.block_m)
     x_sorted = x.index_select(0, src)
