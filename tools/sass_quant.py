@@ -90,6 +90,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def torch_dtype(name: str):  # noqa: ANN201 (torch is imported late)
+    """The torch dtype of a DTYPES name."""
+    import torch
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
 def registers(cubin: bytes) -> int:
     """Registers a thread of a compiled kernel (cuobjdump --dump-resource-usage): what decides
     how many programs an SM holds (the quantize kernel's 4-warp programs: 16 at 32)."""
@@ -111,20 +117,20 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
     """(SASS text, elements one thread owns) of one variant, compiled for sm_90a; `cvt`: the
     GPU-instruction paths (hw_cvt, fp4_lanes) where the variant has one; `info` (a dict)
     receives the kernel's "registers"."""
-    import torch
     import triton
     from triton.backends.compiler import GPUTarget
 
     from kernels.spec.formats import get_format
-    from kernels.triton import hw_cvt, mx_quant
-    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    from kernels.triton import fp4_lanes, hw_cvt, mx_quant
+    from kernels.triton.mx_codec import KIND_OF_DTYPE
+    tdtype = torch_dtype(dtype)
     elem = {"bf16": "*i16", "fp16": "*fp16", "fp32": "*i32"}[dtype]
     fmt = get_format(name)
     pack = mx_quant.pack_code(fmt, layout)
     if kernel == "quantize":
         fn = mx_quant._quantize_kernel
         code = hw_cvt.carrier(fmt)[0] if cvt else 0
-        lanes = cvt and name == "mxfp4" and dtype == "bf16"
+        lanes = cvt and fp4_lanes.lanes_fit(name, KIND_OF_DTYPE[tdtype], pack)
         consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
                                               cvt=code, asm=True, lanes=lanes)
         ptrs = {"x_ptr": elem, "data_ptr": "*i32" if pack == 2 else "*u8",
@@ -132,7 +138,7 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
     else:
         fn = mx_quant._dequantize_kernel
         code = hw_cvt.carrier(fmt)[0] if cvt else 0
-        sat = cvt and dtype != "fp32" and fmt.specials != "ieee"
+        sat = cvt and hw_cvt.sat_cast_fits(fmt, KIND_OF_DTYPE[tdtype])
         consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True, cvt=code,
                                                 sat_cast=sat)
         ptrs = {"data_ptr": "*i32" if pack else "*u8", "scale_ptr": "*u8", "out_ptr": elem}
@@ -164,13 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     import triton
     print(f"triton {triton.__version__}, sm_90a, {args.kernel}, dtype {args.dtype}")
     from kernels.spec.formats import get_format
+    from kernels.triton.fp4_lanes import lanes_fit
     from kernels.triton.hw_cvt import carrier
+    from kernels.triton.mx_codec import KIND_OF_DTYPE
+    from kernels.triton.mx_quant import pack_code
+    kind = KIND_OF_DTYPE[torch_dtype(args.dtype)]
     print("| format | layout | path | instructions | elements/thread | per element | registers |")
     print("|---|---|---|---|---|---|---|")
     for name, layout in variants(args.kernel, args.formats, args.layouts):
         paths = [False]
-        lanes = name == "mxfp4" and args.dtype == "bf16"
-        if args.cvt and (carrier(get_format(name))[0] or args.kernel == "dequantize" or lanes):
+        fmt = get_format(name)
+        lanes = lanes_fit(name, kind, pack_code(fmt, layout))
+        if args.cvt and (carrier(fmt)[0] or args.kernel == "dequantize" or lanes):
             paths.append(True)
         for cvt in paths:
             info: dict = {}

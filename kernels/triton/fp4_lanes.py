@@ -38,12 +38,17 @@ from kernels.triton.mx_codec import encode, pow2
 FP4_LANES_VERIFIED = True
 
 
+def lanes_fit(fmt_name: str, in_kind: int, pack: int) -> bool:
+    """Whether the lanes compute this quantize at all: mxfp4 (packed or one code a byte: pack
+    1 / 0) of bf16 input (in_kind 1). (tools/sass_quant.py compiles them where they fit.)"""
+    return fmt_name == "mxfp4" and in_kind == 1 and pack in (0, 1)
+
+
 def lanes_here(fmt_name: str, in_kind: int, pack: int, interpreted: bool,
                sm: int | None) -> bool:
-    """Whether a quantize launch takes the lanes: mxfp4 (packed or one code a byte: pack 1 /
-    0) of bf16 input (in_kind 1), the gate on, and (compiled) sm_90 or later (bf16x2 add /
-    min, u16x2 max)."""
-    if not (FP4_LANES_VERIFIED and fmt_name == "mxfp4" and in_kind == 1 and pack in (0, 1)):
+    """Whether a quantize launch takes the lanes: they fit (`lanes_fit`), the gate is on, and
+    (compiled) sm_90 or later (bf16x2 add / min, u16x2 max)."""
+    if not (FP4_LANES_VERIFIED and lanes_fit(fmt_name, in_kind, pack)):
         return False
     return interpreted or (sm is not None and sm >= 90)
 
@@ -120,4 +125,4 @@ def lane_bytes(h, e, bad, CLAMP: tl.constexpr, PACKED: tl.constexpr, ASM: tl.con
             return codes.to(tl.uint8)
 
 
-__all__ = ["FP4_LANES_VERIFIED", "lane_asm", "lane_bytes", "lanes_here"]
+__all__ = ["FP4_LANES_VERIFIED", "lane_asm", "lane_bytes", "lanes_fit", "lanes_here"]

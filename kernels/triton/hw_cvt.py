@@ -96,12 +96,17 @@ def cvt_here(fmt: ElemFormat, interpreted: bool, sm: int | None) -> int:
     return carrier(fmt)[0] if enabled(interpreted, sm) else 0
 
 
+def sat_cast_fits(fmt: ElemFormat, out_kind: int) -> bool:
+    """Whether `satfinite_cast` stores this dequantize's output exactly: a bf16 / fp16 output
+    (out_kind 1 / 2) of a format without Inf codes (all but e5m2, whose Inf codes stay Inf
+    where saturation would make them +-max). (tools/sass_quant.py compiles it where it fits.)"""
+    return out_kind != 0 and fmt.specials != "ieee"
+
+
 def sat_cast_here(fmt: ElemFormat, out_kind: int, interpreted: bool, sm: int | None) -> bool:
-    """Whether a dequantize launch stores through `satfinite_cast`: compiled and `enabled`, a
-    bf16 / fp16 output (out_kind 1 / 2), and a format without Inf codes (all but e5m2, whose
-    Inf codes stay Inf where saturation would make them +-max)."""
-    return (not interpreted and enabled(interpreted, sm) and out_kind != 0
-            and fmt.specials != "ieee")
+    """Whether a dequantize launch stores through `satfinite_cast`: compiled and `enabled`,
+    where it fits (`sat_cast_fits`)."""
+    return not interpreted and enabled(interpreted, sm) and sat_cast_fits(fmt, out_kind)
 
 
 def cvt_asm(fp8: str, out: str) -> str:
@@ -277,5 +282,6 @@ def satfinite_cast(f, OUT_KIND: tl.constexpr):
 
 
 __all__ = ["CARRIERS", "CVT_VERIFIED", "carrier", "clamp_of", "cvt_asm", "cvt_back_asm",
-           "cvt_codes", "cvt_here", "cvt_values", "enabled", "pow2_wide", "sat_cast_here",
+           "cvt_codes", "cvt_here", "cvt_values", "enabled", "pow2_wide", "sat_cast_fits",
+           "sat_cast_here",
            "satfinite_cast"]
