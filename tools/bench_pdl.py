@@ -6,8 +6,8 @@ on a GPU machine; issue 14: W4A4 within 10 % of W4A16.
     python tools/bench_pdl.py [--shapes 8192x8192,...] [--ms 1,16,64,1024] [--act mxfp4]
 
 Per (shape, M): graph and eager (L2 flushed) µs of W4A16 and of W4A4 with each gate setting
-(both off; PDL on; small-rows QDQ on), the W4A4 / W4A16 time ratio of each, and whether each
-setting gave the both-off bits (it must). Fresh plans a setting (plans read PDL when built, the
+(both off; PDL on; small-rows QDQ on; both on), the W4A4 / W4A16 time ratio of each, and
+whether each setting gave the both-off bits (it must). Fresh plans a setting (plans read PDL when built, the
 QDQ its tile at a plan's first launch of a row count). The gates are opened here, in this
 process only; main switches one on after its GPU test passes in a whole-suite run.
 """
@@ -66,7 +66,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_pdl: needs a CUDA GPU (programmatic dependent launch is sm_90's)")
     settings = (("both off", False, False), ("PDL on", True, False),
-                ("small QDQ", False, True))
+                ("small QDQ", False, True), ("both on", True, True))
     rows = []
     print(f"{'N x K':>12} {'M':>5} | {'W4A16':>13} | " + " | ".join(
         f"{'W4A4 ' + label:>20}" for label, _, _ in settings) + " | bits")
