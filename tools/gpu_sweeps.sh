@@ -34,7 +34,8 @@
 #   OUT=/tmp/out bash tools/gpu_sweeps.sh                      (steps 2-4: one device call)
 #   OUT=/tmp/out STEPS="m1_occupancy m16_occupancy" bash tools/gpu_sweeps.sh   (the next call)
 #   OUT=/tmp/out STEPS=moe bash tools/gpu_sweeps.sh             (issue 16's MoE table, alone)
-#   OUT=/tmp/out STEPS=quant_cvt bash tools/gpu_sweeps.sh       (step 7, ~2 min)
+#   OUT=/tmp/out STEPS=quant_cvt bash tools/gpu_sweeps.sh       (step 7, ~2 min; HW_CVT=gate
+#     times the gates as committed only, QUANT_KERNELS=quantize,dequantize,qdq adds the QDQ)
 #   OUT=/tmp/out STEPS=moe_tiles bash tools/gpu_sweeps.sh       (step 8, alone)
 # STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
 # 600 s a call; "wide" is step 1, decided 2026-12-03).
@@ -70,7 +71,8 @@ step moe "${MOE_S:-400}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 
 done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 2048 --k 7168 \
   --schemes w_mxfp4 --t 256,2048 --one-program-chunks 1000000'
 step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
-  --kernels quantize,dequantize --no-reference-time --hw-cvt both --out "$OUT/quant_cvt.json"
+  --kernels "${QUANT_KERNELS:-quantize,dequantize}" --no-reference-time --hw-cvt "${HW_CVT:-both}" \
+  --out "$OUT/quant_cvt.json"
 step moe_tiles "${TILES_S:-420}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
   set -- $s; shape="--experts $1 --top-k $2 --n $3 --k $4 --t 2048 --backends triton"
   python3 tools/bench_moe.py $shape --schemes w_mxfp6_e3m2_a_mxfp6_e3m2 \
