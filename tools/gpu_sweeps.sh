@@ -8,7 +8,8 @@
 #   2. host: where eager time goes (tools/host_profile.py --ms 256,1024);
 #   3. `registry bench` of mxfp8 at M = 1 / 16 / 1024 on the large shapes;
 #   4. pdl: W4A4 against W4A16: both gates off, PDL on, the small-rows QDQ tile on
-#      (qdq_plan.SMALL_ROWS_VERIFIED, written 2026-12-05: 90 SASS a thread at M = 1, was 683);
+#      (qdq_plan.SMALL_ROWS_VERIFIED, written 2026-12-05: 90 SASS a thread at M = 1, was 683),
+#      and both on; PDL_MS / PDL_SHAPES narrow it (the gap is at M <= 64 on 8192^2);
 #   5. m1_occupancy / m16_occupancy: mxfp4 / mxfp6 at M = 1 / 16 with more programs an SM;
 #   6. moe: issue 16's table (three shapes x three schemes x T = 1 / 16 / 256 / 2048), then
 #      DeepSeek-like w_mxfp4 with the one-program routing sort beside the many-program one;
@@ -59,7 +60,8 @@ step wide "${WIDE_S:-200}" python3 tools/tune_linear.py --parts wgmma,dequant --
 step host "${HOST_S:-90}" python3 tools/host_profile.py --ms 256,1024
 step bench_fp8 "${BENCH_S:-90}" python3 -m registry bench w_mxfp8_e4m3 --m 1,16,1024 \
   --shapes 28672x8192,8192x28672 --quiet --out "$OUT/bench_fp8.json"
-step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --ms 1,16,64,1024 --out "$OUT/pdl.json"
+step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --ms "${PDL_MS:-1,16,64,1024}" \
+  --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/pdl.json"
 step m1_occupancy "${M1_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 1 \
   --weights mxfp4,mxfp6_e3m2 --out "$OUT/m1_occupancy.json" \
   --wgmma-specs 8:256:2:3:4,8:256:4:3:4,8:256:4:4:4,8:128:4:4:4,8:128:4:6:4,8:128:8:4:4,8:128:2:6:4
