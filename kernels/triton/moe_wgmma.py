@@ -75,11 +75,18 @@ def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Opt
 def config_for(rows: int, num_experts: int, fmt: str, n: int, k: int) -> WgmmaConfig:
     """The table's wgmma row of the weight's family ("fp4", or "other": mxfp6) for the mean
     rows per expert (one M tile covers it) and an expert's N x K: its experts-only rows first,
-    then the dense rows."""
+    then the dense rows. Past 128 rows an expert, an experts-only row for that many (the wide
+    tile: 256 rows, one weight decode for ~192 rows where 128-row tiles decode it twice) where
+    the table has one, else the 128-row row."""
+    family = "fp4" if fmt == "mxfp4" else "other"
     mean = -(-rows // num_experts)
+    if mean > BLOCK_M_VERIFIED[-1]:
+        wide = linear_configs.choose(family, mean, False, ("gemv", "mma", "decode"), n=n, k=k,
+                                     experts=True)
+        if wide is not None and wide.experts:
+            return wide.config
     block_m = next((b for b in BLOCK_M_VERIFIED if b >= mean), BLOCK_M_VERIFIED[-1])
-    return linear_configs.config_for("wgmma", "fp4" if fmt == "mxfp4" else "other", block_m,
-                                     False, n=n, k=k, experts=True)
+    return linear_configs.config_for("wgmma", family, block_m, False, n=n, k=k, experts=True)
 
 
 def expert_layout(weight: MXTensor) -> tuple[Tensor, Tensor, Tensor, int, int]:

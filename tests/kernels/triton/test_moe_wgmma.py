@@ -91,6 +91,33 @@ def test_an_experts_only_ws_row_serves_experts_and_a_dense_ws_row_does_not(monke
     assert linear_configs.config_for("wgmma", "other", 128, False, n=2048, k=7168) != ws
 
 
+def test_past_128_rows_an_expert_an_experts_only_wide_row_serves(monkeypatch) -> None:
+    """More than 128 rows an expert (DeepSeek-like T = 2048: 192) take an experts-only row
+    for that many where the table has one (the wide tile: the weight decoded once, not twice);
+    without one, or at 128 rows or fewer, the 128-row bucket's row as before."""
+    wide = linear_wgmma.WgmmaConfig(256, 128, 1, 4, tma_x=True, ws=True)  # (no dense row's)
+    before = {(rows, fmt): moe_wgmma.config_for(rows, 64, fmt, 2048, 7168)
+              for rows in (4096, 12288, 40000) for fmt in ("mxfp4", "mxfp6_e3m2")}
+    assert all(cfg.block_m == (64 if rows == 4096 else 128) for (rows, _), cfg in before.items())
+    for family, fmt in (("other", "mxfp6_e3m2"), ("fp4", "mxfp4")):
+        row = linear_configs.Choice(family, linear_configs.LARGE_M, "wgmma", wide, experts=True)
+        monkeypatch.setattr(linear_configs, "TABLE", (*linear_configs.TABLE, row))
+        assert moe_wgmma.config_for(12288, 64, fmt, 2048, 7168) == wide  # 192 rows an expert
+        assert moe_wgmma.config_for(40000, 64, fmt, 2048, 7168) == wide
+        assert moe_wgmma.config_for(4096, 64, fmt, 2048, 7168) == before[(4096, fmt)]  # 64
+        other = "mxfp4" if fmt != "mxfp4" else "mxfp6_e3m2"  # the other family: unchanged
+        assert moe_wgmma.config_for(12288, 64, other, 2048, 7168) == before[(12288, other)]
+        # a dense layer of any M never takes it
+        assert linear_configs.config_for("wgmma", family, 4096, False, n=2048, k=7168) != wide
+        # first in the table, a dense (not experts-only) row past 128 rows: the 128 bucket's
+        # choice, as before this row's rule (a dense row is measured on dense layers)
+        dense = linear_configs.Choice(family, linear_configs.LARGE_M, "wgmma",
+                                      linear_wgmma.WgmmaConfig(128, 128, 1, 3))
+        monkeypatch.setattr(linear_configs, "TABLE", (dense, *linear_configs.TABLE[:-1], row))
+        assert moe_wgmma.config_for(12288, 64, fmt, 2048, 7168) == dense.config
+        monkeypatch.undo()
+
+
 def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
     for rows, e, block_m in ((2, 8, 8), (32, 8, 8), (96, 64, 8), (512, 8, 64), (4096, 8, 128),
                              (100, 1, 128)):
