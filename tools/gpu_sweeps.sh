@@ -24,7 +24,10 @@
 #      forced candidates — rep 2 + TMA x (mxfp4's experts row), halves + TMA x, TMA x alone, two
 #      warpgroups (_WIDE_128: decode of one beside the MMAs of the other), the
 #      ws 128 tile and the wide ws 256 tile (half the weight re-reads: rows per expert ~192 at
-#      DeepSeek-like T = 2048); every one checked against the reference before it is timed.
+#      DeepSeek-like T = 2048), and the plain tile with 2 stages, split 1 and split 2 + TMA x
+#      (offline, sm_90a, triton 3.6: the table's 3-stage row takes 117.5 KB of shared memory,
+#      one program an SM; with 2 stages 78 KB and 196-208 registers, two, as mxfp4's experts
+#      row has: benchmarks part 22); every one checked against the reference before timing.
 #      Keep as experts-only table rows (linear_configs, experts=True) what wins on all three.
 #      TILES_MXFP4=0 leaves mxfp4's candidates out (W6A6's alone: the missed target).
 #      On the H200: re-run steps 6 / 7 there too (the issue's device; the quantize target's
@@ -79,7 +82,7 @@ step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
 step moe_tiles "${TILES_S:-420}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
   set -- $s; shape="--experts $1 --top-k $2 --n $3 --k $4 --t 2048 --backends triton"
   python3 tools/bench_moe.py $shape --schemes w_mxfp6_e3m2_a_mxfp6_e3m2 \
-    --wgmma 128:128:2:2:4:0:1:2:1,128:128:2:2:4:0:2:1:1,128:128:1:3:4:0:1:1:1,128:128:1:2:8:128:1:1:1,128:128:1:4:4:0:1:1:1:1,256:128:1:2:4:0:1:1:1:1
+    --wgmma 128:128:2:2:4:0:1:2:1,128:128:2:2:4:0:2:1:1,128:128:1:3:4:0:1:1:1,128:128:1:2:8:128:1:1:1,128:128:1:4:4:0:1:1:1:1,256:128:1:2:4:0:1:1:1:1,128:128:1:2:4,128:128:2:2:4:0:1:1:1
   [ "${TILES_MXFP4:-1}" != 1 ] || python3 tools/bench_moe.py $shape --schemes w_mxfp4 \
     --wgmma 128:128:1:4:4:0:1:1:1:1,256:128:1:3:4:0:1:1:1:1
 done'
