@@ -54,3 +54,53 @@ def ptx_facts(kern, sig: dict, consts: dict, attrs: dict, patterns: tuple) -> di
     got["expect"] = sorted(set(int(b) for b in re.findall(expect, ptx)))
     got["setmaxnreg"] = sorted(set(int(r) for r in re.findall(regs, ptx)))
     return got
+
+
+# the integer arguments the host keeps multiples of 16 (the launch's specialization)
+BY16 = frozenset({"K", "stride_x", "stride_o", "stride_we", "stride_se"})
+
+
+def wgmma_signature(consts: dict, ws: bool = False) -> tuple:
+    """(In the script's process) linear_wgmma's one-partition kernel (linear_wgmma_ws's with
+    `ws`) and its (signature, attributes) for these constexprs as a launch specializes them:
+    16-byte aligned pointers, BY16's integers multiples of 16; x a TMA descriptor of
+    [BLOCK_M, BLOCK_K] boxes where X_TMA (always in ws), and in ws the weight words, B words
+    and scale bytes too; the output fp32 where GROUPED (the experts' weighted rows)."""
+    from kernels.triton import linear_wgmma, linear_wgmma_ws
+    from kernels.triton.wgmma_tiles import X_SMEM
+
+    kern = linear_wgmma_ws._ws_linear_kernel if ws else linear_wgmma._wgmma_linear_kernel
+    bm, bk = consts["BLOCK_M"], consts["BLOCK_K"]
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "b_ptr": "*i32", "s_ptr": "*u8",
+            "bias_ptr": "*fp32", "out_ptr": "*fp32" if consts["GROUPED"] else "*bf16",
+            "part_ptr": "*fp32", "lock_ptr": "*i32", "grp_ptr": "*i32", "dest_ptr": "*i32",
+            "rw_ptr": "*fp32"}
+    if ws or consts.get("X_TMA"):
+        ptrs["x_ptr"] = f"tensordesc<bf16[{bm}, {bk}],{X_SMEM!r}>"
+    if ws:
+        rows = 8 * bk // 256  # weight words: 8 rows of 256 a 256-wide K tile
+        b_rows = rows if consts["FMT"] in (0, 3) else rows // 2
+        w_flat, s_flat = linear_wgmma_ws.W_FLAT.value, linear_wgmma_ws.S_FLAT.value
+        ptrs.update(w_ptr=f"tensordesc<i32[{rows}, 256],{w_flat!r}>",
+                    b_ptr=f"tensordesc<i32[{b_rows}, 256],{w_flat!r}>",
+                    s_ptr=f"tensordesc<u8[{2 * bk // 256}, 256],{s_flat!r}>")
+    names = kern.arg_names
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if (n in ptrs or n in BY16) and not sig[n].startswith("tensordesc")}
+    return kern, sig, attrs
+
+
+def wgmma_consts(case: dict) -> dict:
+    """The wgmma kernels' constexprs for a compile case: the defaults (bias, 4 warps, no K
+    tail, not grouped, mxfp4, one K part, rep 1, x by cp.async, no PDL), the case's own, and
+    ACT's facts from its "format:rounding" key name (no ACT: weight-only)."""
+    from kernels.spec.contract import QuantKey
+    from kernels.triton import fp4_words
+    from kernels.triton.wgmma_tiles import act_facts
+
+    consts = {**dict(HAS_BIAS=True, WARPS=fp4_words.WGMMA_WARPS, K_TAIL=False, GROUPED=False,
+                     FMT=0, SUB_K=1, REP=1, X_TMA=False, PDL=False), **case}
+    fmt, _, rounding = case.get("ACT", "").partition(":")
+    consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
+    return consts

@@ -47,9 +47,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 from kernels.spec.formats import get_format
-from kernels.triton import linear_wgmma as lw, linear_wgmma_ws as ws, mx_quant
+from kernels.triton import mx_quant
 from kernels.triton.mx_codec import format_constexprs
-from kernels.triton.wgmma_tiles import X_SMEM
+from support.sm90_compile import BY16, wgmma_signature
 
 GENERIC = r"\\b(ld|st|atom|red)\\.global"  # loads, stores, atomics
 # a cp.async whose source size is a register: x's row / column masked copy (the weight's are
@@ -62,32 +62,20 @@ for c in json.loads(sys.stdin.read()):
         consts = dict(format_constexprs(get_format("mxfp4")), IN_KIND=1, ROUNDING=0,
                       HW_CAST=True, BLOCK_R=16, BLOCK_K=256, TRIGGER=c["flag"])
         ptrs = {"x_ptr": "*i16", "out_ptr": "*i16"}
-        make = lambda sig, attrs: ASTSource(kern, sig, consts, attrs)
+        sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in kern.arg_names}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kern.arg_names)
+                 if n in ptrs or n in BY16}
+        make = lambda: ASTSource(kern, sig, consts, attrs)
     else:
-        kern = ws._ws_linear_kernel if c["kernel"] == "ws" else lw._wgmma_linear_kernel
-        bm, bk, tma = c["BLOCK_M"], c["BLOCK_K"], c["kernel"] == "ws" or c.get("X_TMA", False)
-        consts = dict(HAS_BIAS=False, SPLIT=2, BLOCK_M=bm, BLOCK_K=bk, STAGES=c.get("STAGES", 4),
-                      WARPS=4, K_TAIL=False, GROUPED=False, FMT=c.get("FMT", 0), ACT=(), SUB_K=1,
-                      REP=1, X_TMA=tma, PDL=c["flag"])
-        ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "b_ptr": "*i32", "s_ptr": "*u8",
-                "bias_ptr": "*fp32", "out_ptr": "*bf16", "part_ptr": "*fp32",
-                "lock_ptr": "*i32", "grp_ptr": "*i32", "dest_ptr": "*i32", "rw_ptr": "*fp32"}
-        if tma:
-            ptrs["x_ptr"] = f"tensordesc<bf16[{bm}, {bk}],{X_SMEM!r}>"
-        if c["kernel"] == "ws":
-            wr = 8 * bk // 256
-            br = wr if consts["FMT"] in (0, 3) else wr // 2
-            ptrs.update(w_ptr=f"tensordesc<i32[{wr}, 256],{ws.W_FLAT.value!r}>",
-                        b_ptr=f"tensordesc<i32[{br}, 256],{ws.W_FLAT.value!r}>",
-                        s_ptr=f"tensordesc<u8[{2 * bk // 256}, 256],{ws.S_FLAT.value!r}>")
-        make = lambda sig, attrs: GluonASTSource(kern, sig, consts, attrs)
-    names = kern.arg_names
-    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
-    by16 = {"K", "stride_x", "stride_o", "stride_we", "stride_se"}  # (the host's guarantee)
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if (n in ptrs or n in by16) and not sig[n].startswith("tensordesc")}
+        is_ws = c["kernel"] == "ws"
+        consts = dict(HAS_BIAS=False, SPLIT=2, BLOCK_M=c["BLOCK_M"], BLOCK_K=c["BLOCK_K"],
+                      STAGES=c.get("STAGES", 4), WARPS=4, K_TAIL=False, GROUPED=False,
+                      FMT=c.get("FMT", 0), ACT=(), SUB_K=1, REP=1,
+                      X_TMA=is_ws or c.get("X_TMA", False), PDL=c["flag"])
+        kern, sig, attrs = wgmma_signature(consts, ws=is_ws)
+        make = lambda: GluonASTSource(kern, sig, consts, attrs)
     try:
-        compiled = triton.compile(make(sig, attrs), target=GPUTarget("cuda", 90, 32),
+        compiled = triton.compile(make(), target=GPUTarget("cuda", 90, 32),
                                   options=dict(num_warps=4, launch_pdl=c["flag"]))
     except Exception as e:  # reported by the case's own test
         found.append({"error": f"{type(e).__name__}: {e}"[-3000:]})

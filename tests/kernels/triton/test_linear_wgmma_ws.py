@@ -243,31 +243,14 @@ def test_the_wide_tiles_split_k_counts_a_lock_a_consumer(monkeypatch) -> None:
 
 _COMPILE = """
 import json, sys
-from kernels.triton import linear_wgmma_ws as ws
-from support.sm90_compile import ptx_facts
-from kernels.triton.wgmma_tiles import X_SMEM
-kern = ws._ws_linear_kernel
-names = kern.arg_names
+from support.sm90_compile import ptx_facts, wgmma_signature
 found = []
 for c in json.loads(sys.stdin.read()):
     consts = dict(HAS_BIAS=c["HAS_BIAS"], SPLIT=c["SPLIT"], BLOCK_M=c["BLOCK_M"],
                   BLOCK_K=c["BLOCK_K"], STAGES=c["STAGES"], WARPS=4, K_TAIL=False,
                   GROUPED=c.get("GROUPED", False), FMT=c["FMT"], ACT=(), SUB_K=1, REP=1,
                   X_TMA=True, PDL=False)
-    wr = 8 * c["BLOCK_K"] // 256
-    br = wr if c["FMT"] in (0, 3) else wr // 2
-    w_flat, s_flat = ws.W_FLAT.value, ws.S_FLAT.value
-    ptrs = {"x_ptr": f"tensordesc<bf16[{c['BLOCK_M']}, {c['BLOCK_K']}],{X_SMEM!r}>",
-            "w_ptr": f"tensordesc<i32[{wr}, 256],{w_flat!r}>",
-            "b_ptr": f"tensordesc<i32[{br}, 256],{w_flat!r}>",
-            "s_ptr": f"tensordesc<u8[{2 * c['BLOCK_K'] // 256}, 256],{s_flat!r}>",
-            "bias_ptr": "*fp32", "out_ptr": "*fp32" if c.get("GROUPED") else "*bf16",
-            "part_ptr": "*fp32", "lock_ptr": "*i32",
-            "grp_ptr": "*i32", "dest_ptr": "*i32", "rw_ptr": "*fp32"}
-    by16 = {"K", "stride_x", "stride_o", "stride_we", "stride_se"}
-    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if (n in ptrs or n in by16) and not sig[n].startswith("tensordesc")}
+    kern, sig, attrs = wgmma_signature(consts, ws=True)
     found.append(ptx_facts(kern, sig, consts, attrs, (
         r"wgmma\\.mma_async", r"m64n256k16", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
         r"cp\\.async\\.cg", r"ld\\.local", r"st\\.local")))

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.spec.contract import QuantKey
-from kernels.triton import fp4_words as fw
-from kernels.triton.wgmma_tiles import act_facts
+from support.sm90_compile import compile_cases, wgmma_consts
 
 
 COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split-K on / off
@@ -59,23 +57,11 @@ import json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
-from kernels.triton import linear_wgmma as lw
-kern = lw._wgmma_linear_kernel
-names = kern.arg_names
-by16 = {"K", "stride_x", "stride_o", "stride_we", "stride_se"}
+from support.sm90_compile import wgmma_signature
 found = []
 for consts in json.loads(sys.stdin.read()):
     consts["ACT"] = tuple(consts["ACT"])
-    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "b_ptr": "*i32", "s_ptr": "*u8",
-            "bias_ptr": "*fp32", "out_ptr": "*fp32" if consts["GROUPED"] else "*bf16",
-            "part_ptr": "*fp32", "lock_ptr": "*i32", "grp_ptr": "*i32", "dest_ptr": "*i32",
-            "rw_ptr": "*fp32"}
-    if consts.get("X_TMA"):  # x as a TMA descriptor of [BLOCK_M, BLOCK_K] boxes
-        from kernels.triton.wgmma_tiles import X_SMEM
-        ptrs["x_ptr"] = f"tensordesc<bf16[{consts['BLOCK_M']}, {consts['BLOCK_K']}],{X_SMEM!r}>"
-    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if (n in ptrs or n in by16) and not sig[n].startswith("tensordesc")}
+    kern, sig, attrs = wgmma_signature(consts)
     try:
         ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs),
                              target=GPUTarget("cuda", 90, 32),
@@ -91,35 +77,14 @@ print(json.dumps(found))
 """
 
 
-def compile_consts(case: dict) -> dict:
-    """A compile case's constexprs (the defaults, the case, ACT's facts from its key name)."""
-    consts = {**dict(HAS_BIAS=True, WARPS=fw.WGMMA_WARPS, K_TAIL=False, GROUPED=False, FMT=0,
-                     SUB_K=1, REP=1, X_TMA=False, PDL=False), **case}
-    fmt, _, rounding = case.get("ACT", "").partition(":")
-    consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
-    assert bool(consts["ACT"]) == bool(fmt)
-    return consts
-
-
 @pytest.fixture(scope="module")
 def compiled_cases() -> list:
     """Every COMPILE_CASES entry compiled in ONE fresh process (triton imported once: ~3 s a
     case saved). Fresh: the interpreter, once it has run a kernel in this process, has patched
     triton.language."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]),
-                                         env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
-                         text=True, timeout=900,
-                         input=json.dumps([compile_consts(c) for c in COMPILE_CASES]))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    cases = [wgmma_consts(c) for c in COMPILE_CASES]
+    assert all(bool(c["ACT"]) == bool(case.get("ACT")) for c, case in zip(cases, COMPILE_CASES))
+    return compile_cases(_COMPILE, cases)
 
 
 @pytest.mark.parametrize("index", range(len(COMPILE_CASES)), ids=[

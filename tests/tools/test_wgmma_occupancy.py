@@ -1,0 +1,67 @@
+"""tools/wgmma_occupancy.py: programs an SM from registers, shared memory and warps (sm_90's
+limits), the argument checks, and one offline sm_90a compile of the mxfp6 experts' 128-row
+tile with 3 and with 2 stages in a subprocess (skipped only where the installed triton has no
+NVIDIA backend / ptxas: CI's CPU triton has both)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.tools import load_tool
+
+occupancy = load_tool("wgmma_occupancy")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_programs_an_sm_is_the_least_of_the_three_limits() -> None:
+    # the mxfp6 experts' 3-stage row (part 22): two by registers, one by shared memory
+    assert occupancy.programs_an_sm(196, 4, 117504) == dict(
+        by_registers=2, by_shared=1, by_warps=16, programs=1)
+    assert occupancy.programs_an_sm(196, 4, 78336)["programs"] == 2
+    # registers are granted 8 at a time: 129 counts as 136 (3 programs), 128 as 128 (4)
+    assert occupancy.programs_an_sm(129, 4, 0)["by_registers"] == 3
+    assert occupancy.programs_an_sm(128, 4, 0)["by_registers"] == 4
+    # shared memory: each program also takes the reserved 1 KB
+    half = occupancy.SM_SHARED // 2 - occupancy.SHARED_RESERVED
+    assert occupancy.programs_an_sm(32, 4, half)["by_shared"] == 2
+    assert occupancy.programs_an_sm(32, 4, half + 1)["by_shared"] == 1
+    # warps: 64 an SM, and never more than 32 programs
+    assert occupancy.programs_an_sm(32, 8, 0)["by_warps"] == 8
+    assert occupancy.programs_an_sm(16, 1, 0)["by_warps"] == 32
+
+
+def test_bad_arguments_are_refused(capsys) -> None:
+    for bad in (["--format", "mxfp5"], ["--wgmma", "128:128"], ["--wgmma", "a:b:c:d:e"]):
+        with pytest.raises(SystemExit):
+            occupancy.main(bad)
+        assert "--" in capsys.readouterr().err
+
+
+def test_two_stages_hold_two_programs_where_three_hold_one() -> None:
+    try:
+        from triton import knobs
+        from triton.backends.nvidia import compiler  # noqa: F401
+        tools = (knobs.nvidia.ptxas.path, knobs.nvidia.nvdisasm.path,
+                 knobs.nvidia.cuobjdump.path)
+    except Exception as err:  # noqa: BLE001 - any missing piece of the NVIDIA backend
+        pytest.skip(f"no triton NVIDIA backend / ptxas here: {err}")
+    if not all(t and os.path.exists(t) for t in tools):
+        pytest.skip("no ptxas / nvdisasm / cuobjdump in this triton install")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "wgmma_occupancy.py"),
+                          "--format", "mxfp6_e3m2", "--grouped",
+                          "--wgmma", "128:128:1:3:4,128:128:1:2:4"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = re.findall(r"(\d+) regs, (\d+) B, (\d+) an SM \((\d+) / (\d+) / (\d+)\), "
+                      r"K loop (\d+) SASS", out.stdout)
+    assert len(rows) == 2, out.stdout
+    (r3, s3, p3, *_), (r2, s2, p2, *_) = [[int(v) for v in row] for row in rows]
+    assert p3 == occupancy.programs_an_sm(r3, 4, s3)["programs"]
+    assert s2 < s3 and p2 >= p3 and p2 >= 2, out.stdout  # a stage less: two an SM
+    assert all(int(row[6]) > 100 for row in rows), out.stdout  # the decode's K loop found
