@@ -1,7 +1,7 @@
 """Offline occupancy of wgmma configs on sm_90a, no GPU: each config compiled as a launch
 specializes it, then its registers a thread (cuobjdump), shared memory a program, programs an
-SM (registers, shared memory, warps: the least of the three), and its longest loop's SASS a
-thread (nvdisasm, tools/sass_loops.py: the K loop; in ws the consumers').
+SM (registers, shared memory, warps: the least of the three), and its K loop's SASS a thread
+(nvdisasm, tools/sass_loops.py: the shortest loop holding wgmmas; in ws a consumer's).
 
 Why: a tile 3.5 KB past half an SM's shared memory runs one program an SM where two would fit
 with one stage less (the mxfp6 experts' 128-row row, docs/benchmarks.md part 22), and nothing
@@ -70,7 +70,9 @@ def compile_config(cfg, fmt_index: int, grouped: bool) -> dict:
         Path(path).write_bytes(compiled.asm["cubin"])
         sass = subprocess.run([knobs.nvidia.nvdisasm.path, "-c", path], capture_output=True,
                               text=True, check=True).stdout
-    body = max(loops(sass, 40), key=lambda loop: loop[1], default=None)
+    # the K loop: the shortest loop with wgmmas in it (an outer loop over tiles holds it too)
+    body = min((loop for loop in loops(sass, 40) if loop[2].get("HGMMA")),
+               key=lambda loop: loop[1], default=None)
     warps = compiled.metadata.num_warps
     return {"registers": regs, "shared": shared, "warps": warps,
             **programs_an_sm(regs, warps, shared), "k_loop": body[1] if body else None}
