@@ -8,8 +8,9 @@ on a GPU machine; issue 14: W4A4 within 10 % of W4A16.
 Per (shape, M): graph and eager (L2 flushed) µs of W4A16 and of W4A4 with each gate setting
 (both off; PDL on; small-rows QDQ on; both on), the W4A4 / W4A16 time ratio of each, and
 whether each setting gave the both-off bits (it must). Fresh plans a setting (plans read PDL
-when built, the QDQ its tile at a plan's first launch of a row count). The gates are opened here, in this
-process only; main switches one on after its GPU test passes in a whole-suite run.
+when built, the QDQ its tile at a plan's first launch of a row count). The gates are opened
+here, in this process only; main switches one on after its GPU test passes in a whole-suite
+run.
 """
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ timed says so. This is the check before a sweep's candidates go to the GPU.
     python tools/wgmma_occupancy.py --format mxfp6_e3m2 --grouped \\
         --wgmma 128:128:1:3:4,128:128:1:2:4,256:128:1:2:4:0:1:1:1:1
 A ws config's registers are the launch's count a thread (setmaxnreg then moves them between
-its partitions), so its "by registers" is a bound, not the count. Specs as tools/tune_linear.py's (block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x
-[:ws]]]]]); the table's rows by default. Needs a triton with Gluon and ptxas (CPU CI's has
+its partitions), so its "by registers" is a bound, not the count. Specs as
+tools/tune_linear.py's (block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws]]]]]);
+the table's rows by default. Needs a triton with Gluon and ptxas (CPU CI's has
 both; triton 3.6 compiles what the H200 runs: PYTHONPATH=<3.6 site> python tools/...).
 """
 from __future__ import annotations
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("TRITON_INTERPRET=1 is set: the compile needs the real backend (unset it)")
     from kernels.triton.linear_configs import TABLE
     from kernels.triton.wgmma_config import FORMATS
-    from tune_linear import forced_spec
+    from tune_linear import forced_spec, wgmma_name
     if args.format not in FORMATS:
         p.error(f"--format {args.format!r}: one of {', '.join(FORMATS)}")
     family = {"mxfp4": "fp4", "mxfp8_e4m3": "fp8"}.get(args.format, "other")
@@ -109,10 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # a config this format's kernel cannot build: say so, go on
             print(f"{label}: does not compile: {type(e).__name__}: {str(e)[-300:]}")
             continue
-        print(f"{label} ({cfg.block_m}x{cfg.block_k} s{cfg.split} st{cfg.stages} w{cfg.warps}"
-              f"{' ws' if cfg.ws else ''}{' tma' if cfg.tma_x else ''}"
-              f"{f' rep{cfg.rep}' if cfg.rep > 1 else ''}{f' sub{cfg.sub_k}' if cfg.sub_k > 1 else ''}"
-              f"): {got['registers']} regs, {got['shared']} B, {got['programs']} an SM "
+        print(f"{label} ({wgmma_name(cfg)}): {got['registers']} regs, {got['shared']} B, "
+              f"{got['programs']} an SM "
               f"({got['by_registers']} / {got['by_shared']} / {got['by_warps']}), "
               f"K loop {got['k_loop']} SASS a thread")
     return 0
