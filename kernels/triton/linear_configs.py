@@ -314,6 +314,14 @@ def choose(family: str, m: int, interpreted: bool, skip: tuple[str, ...] = (), *
     return None
 
 
+def experts_row(strategy: str, family: str, m: int, *, n: int, k: int) -> Optional[object]:
+    """The config of the first experts-only row of a strategy and family that takes M rows and
+    an expert's N x K, or None: what MoE takes past the dense rows' M ranges only where a row
+    was measured on experts."""
+    return next((r.config for r in TABLE if r.experts and r.strategy == strategy and
+                 m <= r.m_max and _serves(r, family, n, k, True, _never)), None)
+
+
 def config_for(strategy: str, family: str, m: int, interpreted: bool, *, n: int,
                k: int, experts: bool = False,
                passed_over: Callable[[object], bool] = _never) -> object:
@@ -341,4 +349,5 @@ def m_bucket(m: int) -> int:
     return LARGE_M
 
 
-__all__ = ["LARGE_M", "Choice", "TABLE", "choose", "config_for", "m_bucket", "weight_family"]
+__all__ = ["LARGE_M", "Choice", "TABLE", "choose", "config_for", "experts_row", "m_bucket",
+           "weight_family"]

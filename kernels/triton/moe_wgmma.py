@@ -81,10 +81,9 @@ def config_for(rows: int, num_experts: int, fmt: str, n: int, k: int) -> WgmmaCo
     family = "fp4" if fmt == "mxfp4" else "other"
     mean = -(-rows // num_experts)
     if mean > BLOCK_M_VERIFIED[-1]:
-        wide = linear_configs.choose(family, mean, False, ("gemv", "mma", "decode"), n=n, k=k,
-                                     experts=True)
-        if wide is not None and wide.experts:
-            return wide.config
+        wide = linear_configs.experts_row("wgmma", family, mean, n=n, k=k)
+        if wide is not None:
+            return wide
     block_m = next((b for b in BLOCK_M_VERIFIED if b >= mean), BLOCK_M_VERIFIED[-1])
     return linear_configs.config_for("wgmma", family, block_m, False, n=n, k=k, experts=True)
 

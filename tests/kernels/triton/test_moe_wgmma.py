@@ -109,12 +109,16 @@ def test_past_128_rows_an_expert_an_experts_only_wide_row_serves(monkeypatch) ->
         assert moe_wgmma.config_for(12288, 64, other, 2048, 7168) == before[(12288, other)]
         # a dense layer of any M never takes it
         assert linear_configs.config_for("wgmma", family, 4096, False, n=2048, k=7168) != wide
-        # first in the table, a dense (not experts-only) row past 128 rows: the 128 bucket's
-        # choice, as before this row's rule (a dense row is measured on dense layers)
+        # a dense (not experts-only) row first in the table does not hide the experts-only
+        # one (experts-only rows first, wherever they sit); without that row the 128 bucket's
+        # choice serves, here the dense row (a dense row past 128 rows is never taken as such)
         dense = linear_configs.Choice(family, linear_configs.LARGE_M, "wgmma",
                                       linear_wgmma.WgmmaConfig(128, 128, 1, 3))
         monkeypatch.setattr(linear_configs, "TABLE", (dense, *linear_configs.TABLE[:-1], row))
+        assert moe_wgmma.config_for(12288, 64, fmt, 2048, 7168) == wide
+        monkeypatch.setattr(linear_configs, "TABLE", (dense, *linear_configs.TABLE[:-1]))
         assert moe_wgmma.config_for(12288, 64, fmt, 2048, 7168) == dense.config
+        assert linear_configs.experts_row("wgmma", family, 192, n=2048, k=7168) is None
         monkeypatch.undo()
 
 
