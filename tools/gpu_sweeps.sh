@@ -10,7 +10,10 @@
 #   4. pdl: W4A4 against W4A16: both gates off, PDL on, the small-rows QDQ tile on
 #      (qdq_plan.SMALL_ROWS_VERIFIED, written 2026-12-05: 90 SASS a thread at M = 1, was 683),
 #      and both on; PDL_MS / PDL_SHAPES narrow it (the gap is at M <= 64 on 8192^2);
-#   5. m1_occupancy / m16_occupancy: mxfp4 / mxfp6 at M = 1 / 16 with more programs an SM;
+#   5. m1_occupancy / m16_occupancy: mxfp4 / mxfp6 at M = 1 / 16 with more programs an SM,
+#      and at M = 1 split 1 with 6 / 8 stages (no split-K partials: the last slice's store,
+#      fence, counter and partial read sit on the critical path of part 19's ~2 µs of extra
+#      fixed time; 128 programs stream the weight with deeper rings instead);
 #   6. moe: issue 16's table (three shapes x three schemes x T = 1 / 16 / 256 / 2048), then
 #      DeepSeek-like w_mxfp4 with the one-program routing sort beside the many-program one;
 #   7. quant_cvt: quantize / dequantize with the GPU-instruction paths (hw_cvt.py, fp4_lanes.py)
@@ -68,7 +71,7 @@ step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --ms "${PDL_MS:-1,16,64,1024
   --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/pdl.json"
 step m1_occupancy "${M1_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 1 \
   --weights mxfp4,mxfp6_e3m2 --out "$OUT/m1_occupancy.json" \
-  --wgmma-specs 8:256:2:3:4,8:256:4:3:4,8:256:4:4:4,8:128:4:4:4,8:128:4:6:4,8:128:8:4:4,8:128:2:6:4
+  --wgmma-specs 8:256:2:3:4,8:256:4:3:4,8:256:4:4:4,8:128:4:4:4,8:128:4:6:4,8:128:8:4:4,8:128:2:6:4,8:256:1:6:4,8:256:1:8:4
 step m16_occupancy "${M16_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 16 \
   --weights mxfp4,mxfp6_e3m2 --out "$OUT/m16_occupancy.json" \
   --wgmma-specs 16:512:2:4:$W,16:256:2:6:$W,16:256:1:6:$W,16:128:2:4:4,16:128:4:4:4
