@@ -32,7 +32,8 @@
 #      one program an SM; with 2 stages 78 KB and 196-208 registers, two, as mxfp4's experts
 #      row has: benchmarks part 22); every one checked against the reference before timing.
 #      Keep as experts-only table rows (linear_configs, experts=True) what wins on all three.
-#      TILES_MXFP4=0 leaves mxfp4's candidates out (W6A6's alone: the missed target).
+#      TILES_MXFP4=0 leaves mxfp4's candidates out (W6A6's alone: the missed target);
+#      TILES_W6 replaces W6A6's candidates (a shorter call).
 #      On the H200: re-run steps 6 / 7 there too (the issue's device; the quantize target's
 #      issue bound is tighter at its 4.26 TB/s).
 # Earlier sweeps (ws at M = 1..128, MoE experts through ws and the wide tile, both wide tiles
@@ -82,10 +83,11 @@ done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 20
 step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
   --kernels "${QUANT_KERNELS:-quantize,dequantize}" --no-reference-time --hw-cvt "${HW_CVT:-both}" \
   --out "$OUT/quant_cvt.json"
+W6=128:128:2:2:4:0:1:2:1,128:128:2:2:4:0:2:1:1,128:128:1:3:4:0:1:1:1,128:128:1:2:8:128:1:1:1
+export TILES_W6=${TILES_W6:-$W6,128:128:1:4:4:0:1:1:1:1,256:128:1:2:4:0:1:1:1:1,128:128:1:2:4,128:128:2:2:4:0:1:1:1}
 step moe_tiles "${TILES_S:-420}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
   set -- $s; shape="--experts $1 --top-k $2 --n $3 --k $4 --t 2048 --backends triton"
-  python3 tools/bench_moe.py $shape --schemes w_mxfp6_e3m2_a_mxfp6_e3m2 \
-    --wgmma 128:128:2:2:4:0:1:2:1,128:128:2:2:4:0:2:1:1,128:128:1:3:4:0:1:1:1,128:128:1:2:8:128:1:1:1,128:128:1:4:4:0:1:1:1:1,256:128:1:2:4:0:1:1:1:1,128:128:1:2:4,128:128:2:2:4:0:1:1:1
+  python3 tools/bench_moe.py $shape --schemes w_mxfp6_e3m2_a_mxfp6_e3m2 --wgmma "$TILES_W6"
   [ "${TILES_MXFP4:-1}" != 1 ] || python3 tools/bench_moe.py $shape --schemes w_mxfp4 \
     --wgmma 128:128:1:4:4:0:1:1:1:1,256:128:1:3:4:0:1:1:1:1
 done'
