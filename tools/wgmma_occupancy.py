@@ -7,7 +7,7 @@ Why: a tile 3.5 KB past half an SM's shared memory runs one program an SM where 
 with one stage less (the mxfp6 experts' 128-row row, docs/benchmarks.md part 22), and nothing
 timed says so. This is the check before a sweep's candidates go to the GPU.
 
-    python tools/wgmma_occupancy.py --format mxfp6_e3m2 --grouped \\
+    python tools/wgmma_occupancy.py --format mxfp6_e3m2 --grouped --ops \\
         --wgmma 128:128:1:3:4,128:128:1:2:4,256:128:1:2:4:0:1:1:1:1
 A ws config's registers are the launch's count a thread (setmaxnreg then moves them between
 its partitions), so its "by registers" is a bound, not the count. Specs as
@@ -76,7 +76,8 @@ def compile_config(cfg, fmt_index: int, grouped: bool) -> dict:
                key=lambda loop: loop[1], default=None)
     warps = compiled.metadata.num_warps
     return {"registers": regs, "shared": shared, "warps": warps,
-            **programs_an_sm(regs, warps, shared), "k_loop": body[1] if body else None}
+            **programs_an_sm(regs, warps, shared), "k_loop": body[1] if body else None,
+            "k_loop_ops": dict(sorted(body[2].items(), key=lambda kv: -kv[1])) if body else {}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grouped", action="store_true", help="the MoE experts' kernel (GROUPED)")
     p.add_argument("--wgmma", default="", help="configs (tune_linear's specs), comma-separated; "
                    "default: the table's wgmma rows of the format's family")
+    p.add_argument("--ops", action="store_true",
+                   help="also the K loop's SASS by opcode (where the decode's instructions go)")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("TRITON_INTERPRET=1 is set: the compile needs the real backend (unset it)")
@@ -114,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{got['programs']} an SM "
               f"({got['by_registers']} / {got['by_shared']} / {got['by_warps']}), "
               f"K loop {got['k_loop']} SASS a thread")
+        if args.ops:
+            print("  " + " ".join(f"{op} {n}" for op, n in got["k_loop_ops"].items()))
     return 0
 
 

@@ -1,7 +1,7 @@
 """tools/wgmma_occupancy.py: programs an SM from registers, shared memory and warps (sm_90's
 limits), the argument checks, and one offline sm_90a compile of the mxfp6 experts' 128-row
-tile with 3 and with 2 stages in a subprocess (skipped only where the installed triton has no
-NVIDIA backend / ptxas: CI's CPU triton has both)."""
+tile with 3 and with 2 stages in a subprocess, with its K loop by opcode (skipped only where
+the installed triton has no NVIDIA backend / ptxas: CI's CPU triton has both)."""
 from __future__ import annotations
 
 import os
@@ -55,7 +55,7 @@ def test_two_stages_hold_two_programs_where_three_hold_one() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "wgmma_occupancy.py"),
                           "--format", "mxfp6_e3m2", "--grouped",
-                          "--wgmma", "128:128:1:3:4,128:128:1:2:4"],
+                          "--wgmma", "128:128:1:3:4,128:128:1:2:4", "--ops"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = re.findall(r"(\d+) regs, (\d+) B, (\d+) an SM \((\d+) / (\d+) / (\d+)\), "
@@ -65,3 +65,10 @@ def test_two_stages_hold_two_programs_where_three_hold_one() -> None:
     assert p3 == occupancy.programs_an_sm(r3, 4, s3)["programs"]
     assert s2 < s3 and p2 >= p3 and p2 >= 2, out.stdout  # a stage less: two an SM
     assert all(int(row[6]) > 100 for row in rows), out.stdout  # the decode's K loop found
+    # --ops: each K loop by opcode, wgmmas among them, adding up to the loop's count
+    ops = [dict((op, int(n)) for op, n in re.findall(r"([A-Z][A-Z0-9_]*) (\d+)", line))
+           for line in out.stdout.splitlines() if line.startswith("  ")]
+    assert len(ops) == 2, out.stdout
+    for row, by_op in zip(rows, ops):
+        assert by_op.get("HGMMA", 0) > 0 and by_op.get("HMUL2", 0) > 0, by_op
+        assert sum(by_op.values()) == int(row[6]), (by_op, row)
