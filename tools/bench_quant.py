@@ -13,9 +13,9 @@ For every format x layout x rounding (--quick: a subset), on a bf16 [R, K] input
 3. print a markdown table (kernel, format, layout, rounding, us, TB/s, % of copy BW, speed-up
    over the reference, and the CUDA-graph time and the tile as cross-checks) under the
    device, torch / triton versions and date; --out writes JSON.
---hw-cvt both times quantize / dequantize with the gated paths (kernels/triton/hw_cvt.py,
-fp4_lanes.py: the GPU's instructions; fp6_packed.py: packed mxfp6 read by whole chunks) off and
-then on, one row each ("hw cvt" / "vec6" in the config column), bits checked both ways. Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
+--hw-cvt both times quantize / dequantize with the GPU-instruction paths (kernels/triton/hw_cvt.py,
+fp4_lanes.py) off and then on, one row each ("hw cvt" in the config column), bits checked both
+ways. Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from kernels.spec.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
 from kernels.spec.platform import device_platform  # noqa: E402
 from timing import median_ms  # noqa: E402
 from kernels.reference import mx as ref  # noqa: E402
-from kernels.triton import fp4_lanes, fp6_packed, hw_cvt  # noqa: E402
+from kernels.triton import fp4_lanes, hw_cvt  # noqa: E402
 from kernels.triton import mx_quant as tri  # noqa: E402
 
 ROTATE = 4  # input buffers cycled through while timing
@@ -139,7 +139,7 @@ def check_bits(x: torch.Tensor, name: str, layout: str, rounding: str) -> list[s
 
 
 def paths(choice: str) -> list[bool | None]:
-    """The gates of the paths (hw_cvt, fp4_lanes, fp6_packed's load) a case runs under: None as
+    """The gates of the GPU-instruction paths (hw_cvt, fp4_lanes) a case runs under: None as
     they stand, else forced off / on / both ways (quantize of unpacked mxfp4 and of mxint8 has
     no such path: its two rows time one kernel twice, the run's spread)."""
     return {"gate": [None], "off": [False], "on": [True], "both": [False, True]}[choice]
@@ -149,20 +149,20 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
              copy_tbs: float, time_reference: bool, seed: int,
              only: tuple = ("quantize", "dequantize", "qdq"),
              cvt: bool | None = None) -> tuple[list[dict], list[str]]:
-    """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes / fp6_packed gates
+    """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes gates for it
     (None: as they are)."""
     if cvt is None:
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
-    kept = hw_cvt.CVT_VERIFIED, fp4_lanes.FP4_LANES_VERIFIED, fp6_packed.VECTOR_LOAD_VERIFIED
-    hw_cvt.CVT_VERIFIED = fp4_lanes.FP4_LANES_VERIFIED = fp6_packed.VECTOR_LOAD_VERIFIED = cvt
+    kept = hw_cvt.CVT_VERIFIED, fp4_lanes.FP4_LANES_VERIFIED
+    hw_cvt.CVT_VERIFIED = fp4_lanes.FP4_LANES_VERIFIED = cvt
     try:
         if cvt:  # qdq does not take the paths
             only = tuple(k for k in only if k != "qdq")
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference,
                          seed, only)
     finally:
-        hw_cvt.CVT_VERIFIED, fp4_lanes.FP4_LANES_VERIFIED, fp6_packed.VECTOR_LOAD_VERIFIED = kept
+        hw_cvt.CVT_VERIFIED, fp4_lanes.FP4_LANES_VERIFIED = kept
 
 
 def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
@@ -213,8 +213,6 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
         lanes = fp4_lanes.lanes_here(name, 1, pack, tri._INTERPRETED, sm)
         if kernel != "qdq" and (hw_cvt.enabled(tri._INTERPRETED, sm) or lanes):
             config += ", hw cvt"
-        if kernel == "dequantize" and fp6_packed.vector_load_here(pack, True):
-            config += ", vec6"
         g_ms = graph_ms(tri_fn, inputs, device)
         ref_ms = median_ms(rotating(ref_fn, inputs), device) if time_reference else None
         tbs = nbytes / (ms * 1e-3) / 1e12
@@ -239,9 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", default="quantize,dequantize,qdq",
                         help="comma-separated kernels to time (default: all three)")
     parser.add_argument("--hw-cvt", choices=("gate", "off", "on", "both"), default="gate",
-                        help="quantize / dequantize through the gated paths "
-                             "(kernels/triton/hw_cvt.py, fp4_lanes.py, fp6_packed.py): as their "
-                             "gates say, off, on, or both, one row each")
+                        help="quantize / dequantize through the GPU-instruction paths "
+                             "(kernels/triton/hw_cvt.py, fp4_lanes.py): as their gates say, off, "
+                             "on, or both, one row each")
     args = parser.parse_args(argv)
     try:
         r, k = (int(v) for v in args.shape.lower().split("x"))

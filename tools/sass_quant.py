@@ -115,7 +115,7 @@ def registers(cubin: bytes) -> int:
 def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
                  cvt: bool = False, info: dict | None = None) -> tuple[str, int]:
     """(SASS text, elements one thread owns) of one variant, compiled for sm_90a; `cvt`: the
-    gated paths (hw_cvt, fp4_lanes; fp6_packed's chunk loads) where the variant has one; `info`
+    GPU-instruction paths (hw_cvt, fp4_lanes) where the variant has one; `info` (a dict)
     receives the kernel's "registers"."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -140,7 +140,7 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
         code = hw_cvt.carrier(fmt)[0] if cvt else 0
         sat = cvt and hw_cvt.sat_cast_fits(fmt, KIND_OF_DTYPE[tdtype])
         consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True, cvt=code,
-                                                sat_cast=sat, vec6=cvt and pack == 2)
+                                                sat_cast=sat)
         ptrs = {"data_ptr": "*i32" if pack else "*u8", "scale_ptr": "*u8", "out_ptr": elem}
     tile = mx_quant.gpu_tile(kernel, pack)
     consts.update(tile)
@@ -189,8 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                                             args.rounding, cvt, info)
             n = count_instructions(sass)
             path = ("hw cvt" if cvt else "encode") if args.kernel == "quantize" else (
-                ("hw cvt" + (", vec6" if pack_code(fmt, layout) == 2 else "")) if cvt
-                else "decode")
+                "hw cvt" if cvt else "decode")
             print(f"| {name} | {layout} | {path} | {n} | {per_thread} | {n / per_thread:.1f} "
                   f"| {info['registers']} |")
             if args.hist:

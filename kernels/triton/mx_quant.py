@@ -7,7 +7,7 @@ the 32-element block max from the fp32 bits (a NaN / Inf anywhere makes the bloc
 adds (codec helpers in mx_codec.py), then (quantize) packing per kernels.spec.formats' layouts:
   PACK 0: one code a byte; PACK 1: mxfp4 two codes a byte, element 2i in the low nibble;
   PACK 2: mxfp6 four codes in three bytes, written as little-endian int32 words: 12 a 64-code
-  chunk, one contiguous store per tile (fp6_packed.py: 16-byte vector stores).
+  chunk, one contiguous store per tile (fp6_store.py: 16-byte vector stores).
 GPU tiles, measured on the H200: `gpu_tile`; under TRITON_INTERPRET=1 one small fixed tile
 keeps the CPU tests fast.
 The host-side `bits_view` and `pack_code` are public here; the activation QDQ's launch side
@@ -22,7 +22,7 @@ import triton.language as tl
 from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_rounding, get_format
 from kernels.spec.formats import resolve_layout
 from kernels.spec.platform import device_platform
-from kernels.triton import fp4_lanes, fp6_packed, hw_cvt, launcher
+from kernels.triton import fp4_lanes, hw_cvt, launcher
 from kernels.triton.fp4_lanes import lane_bytes
 from kernels.triton.grid_dependency import release_dependents
 from kernels.triton.mx_codec import (
@@ -30,7 +30,7 @@ from kernels.triton.mx_codec import (
     format_constexprs, load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_bits,
     tile_blocks,
 )
-from kernels.triton.fp6_packed import load_fp6_words, store_fp6_words
+from kernels.triton.fp6_store import store_fp6_words
 from kernels.triton.hw_cvt import cvt_codes, cvt_values, satfinite_cast
 
 _WHERE = "kernels.triton.mx_quant"
@@ -93,7 +93,7 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
 def _store_codes(codes, d_row, row_ok, pid_k, K, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
                  BLOCK_K: tl.constexpr):
     """Element codes [BLOCK_R, BLOCK_K] stored in layout PACK (int32; uint8 for PACK 0; for
-    PACK 2 any int32 whose fp6_packed.pack4 is each four codes' group)."""
+    PACK 2 any int32 whose fp6_store.pack4 is each four codes' group)."""
     if PACK == 0:
         cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
         tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
@@ -113,11 +113,9 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                        BIAS: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                        SPECIALS: tl.constexpr, PACK: tl.constexpr, HW_CAST: tl.constexpr,
                        CVT: tl.constexpr, CVT_SHIFT: tl.constexpr, CVT_ASM: tl.constexpr,
-                       SAT_CAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-                       VEC6: tl.constexpr = False):
+                       SAT_CAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """CVT != 0: the codes decode through the fp8 -> f16 conversion (hw_cvt.cvt_values);
-    SAT_CAST: the output is saturated and rounded by one conversion (hw_cvt.satfinite_cast);
-    VEC6: packed mxfp6 words read by whole chunks (fp6_packed.load_fp6_words)."""
+    SAT_CAST: the output is saturated and rounded by one conversion (hw_cvt.satfinite_cast)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -133,10 +131,6 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
         cols = tl.max_contiguous(pid_k * BLOCK_K + tl.arange(0, BLOCK_K), 8)
         d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
         codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
-    elif PACK == 2 and VEC6:  # rows 16-byte aligned (the launch checked the stride)
-        d_row = data_ptr + tl.multiple_of(rows.to(tl.int64) * stride_d, 4)
-        codes = load_fp6_words(d_row[:, None, None], row_ok[:, :, None], pid_k, K, BLOCK_R,
-                               BLOCK_K)
     else:
         codes = load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K)
     blk = pid_k * NB + tl.arange(0, NB)
@@ -300,17 +294,15 @@ def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, roundi
 
 
 def dequantize_constexprs(fmt: ElemFormat, layout: str, out_dtype: torch.dtype,
-                          hw_cast: bool, cvt: int = 0, sat_cast: bool = False,
-                          vec6: bool = False) -> dict:
+                          hw_cast: bool, cvt: int = 0, sat_cast: bool = False) -> dict:
     """_dequantize_kernel's constexprs (also tools/sass_quant.py's); `cvt` as for quantize,
-    through PTX where `hw_cast` (a compiled kernel); `sat_cast`: hw_cvt.sat_cast_here's;
-    `vec6`: fp6_packed.vector_load_here's."""
+    through PTX where `hw_cast` (a compiled kernel); `sat_cast`: hw_cvt.sat_cast_here's."""
     consts = format_constexprs(fmt)
     for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
         consts.pop(name)
     consts.update(OUT_KIND=KIND_OF_DTYPE[out_dtype], PACK=pack_code(fmt, layout),
                   HW_CAST=hw_cast, CVT=cvt, CVT_SHIFT=hw_cvt.carrier(fmt)[1] if cvt else 0,
-                  CVT_ASM=bool(cvt) and hw_cast, SAT_CAST=sat_cast, VEC6=vec6)
+                  CVT_ASM=bool(cvt) and hw_cast, SAT_CAST=sat_cast)
     return consts
 
 
@@ -377,8 +369,7 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
         consts = dequantize_constexprs(
             fmt, layout, out_dtype, hw_cast=not _INTERPRETED,
             cvt=hw_cvt.cvt_here(fmt, _INTERPRETED, sm),
-            sat_cast=hw_cvt.sat_cast_here(fmt, KIND_OF_DTYPE[out_dtype], _INTERPRETED, sm),
-            vec6=fp6_packed.vector_load_here(pack, data.stride(0) % 4 == 0))
+            sat_cast=hw_cvt.sat_cast_here(fmt, KIND_OF_DTYPE[out_dtype], _INTERPRETED, sm))
         _launch(_dequantize_kernel, (data, scales, bits_view(out)), r, k,
                 (data.stride(0), scales.stride(0), out.stride(0)), consts)
     return out

@@ -16,10 +16,9 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from kernels.triton import fp6_packed, mx_quant
+from kernels.triton import mx_quant
 
 from support.device import DEVICE
-from support.oracles import assert_same_bits as same_bits_or_nan
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
@@ -148,45 +147,3 @@ def test_packed_fp6_writes_only_its_words(pad: int) -> None:
         outside = torch.ones_like(got, dtype=torch.bool)
         outside[1:r + 1, :w] = False
         assert bool((got[outside] == sentinel).all()), f"write outside the words {where}"
-
-
-@pytest.mark.parametrize("tile", [None, (4, 128), (2, 256)])
-@pytest.mark.parametrize("name", FP6)
-def test_vector_load_dequantizes_any_bytes(name: str, tile: tuple[int, int] | None,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Dequantize with fp6_packed.load_fp6_words (the gate forced open) against the reference,
-    bit for bit, on random bytes (every code, scale bytes 0 / 254 / 0xFF among random ones), to
-    fp32 / bf16 / fp16, rows 16-byte aligned (the vector path) and not (load_codes): the
-    interpreter's tile and tiles of 2 and 4 chunks, K tails mid-chunk and past the tile."""
-    if tile is not None:
-        block = {"BLOCK_R": tile[0], "BLOCK_K": tile[1]}
-        monkeypatch.setattr(mx_quant, "INTERPRETER_TILE", block)
-        monkeypatch.setattr(mx_quant, "GPU_TILE", block)
-    monkeypatch.setattr(fp6_packed, "VECTOR_LOAD_VERIFIED", True)
-    taken, constexprs = set(), mx_quant.dequantize_constexprs
-
-    def spy(*args, **kwargs):
-        taken.add(kwargs.get("vec6"))
-        return constexprs(*args, **kwargs)
-
-    monkeypatch.setattr(mx_quant, "dequantize_constexprs", spy)
-    fmt = FORMATS[name]
-    gen = torch.Generator().manual_seed(zlib.crc32(f"fp6 load {name} {tile}".encode()))
-    for i, (r, k) in enumerate([(1, 32), (3, 96), (17, 224), (5, 320), (2, 1024), (9, 288)]):
-        w = 3 * k // 16
-        for pad in (-w % 4 + 4, -w % 4 + 1):  # row stride a multiple of 4 words, or not
-            buf = torch.randint(-2 ** 31, 2 ** 31, (r, w + pad), generator=gen,
-                                dtype=torch.int64).to(torch.int32)
-            data = buf[:, :w].view(torch.uint8)
-            scales = torch.randint(0, 256, (r, k // 32), generator=gen, dtype=torch.uint8)
-            scales.view(-1)[:3] = torch.tensor([0, 254, 255], dtype=torch.uint8)[:scales.numel()]
-            for dtype in DTYPES:
-                got = mx_quant.dequantize(data.to(DEVICE), scales.to(DEVICE), fmt, "packed", k,
-                                          dtype).cpu()
-                want = ref.dequantize(data.contiguous(), scales, fmt, "packed", k, dtype)
-                where = f"{name} tile {tile} [{r}, {k}] row stride {w + pad} words {dtype}"
-                try:  # NaN blocks: NaN, any payload
-                    same_bits_or_nan(got, want)
-                except AssertionError as err:
-                    raise AssertionError(f"{where}: {err}") from None
-    assert taken == {True, False}, taken  # both paths ran: aligned rows took the vector load
