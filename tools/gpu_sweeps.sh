@@ -20,7 +20,9 @@
 #      off and on, every format at 8192², bits checked first.
 #   Steps 2-7 ran on an H100 on 2026-12-05 (docs/benchmarks.md part 21; host_profile then failed
 #   on a stale memo lookup, fixed since): CVT / FP4_LANES / TILES_BOUND on, PDL kept off.
-#   8. moe_tiles (next): MoE tiles at T = 2048, where mxfp6 W6A6 runs at 0.52-0.70 of mxfp4's
+#   8. moe_tiles (decided 2026-12-05 14:35 on an H100, benchmarks part 23: the 2-stage split-2
+#      TMA-x tile and, on K >= 7168, the wide ws tile became mxfp6's experts-only rows; re-run
+#      on the H200): MoE tiles at T = 2048, where mxfp6 W6A6 ran at 0.52-0.70 of mxfp4's
 #      ratio (target 0.75) and its table row is the plain 128-row one (no TMA x, no rep 2: the
 #      rows mxfp4's experts got on the H200): each shape, mxfp6 and mxfp4 apart (a config one
 #      format's shared memory cannot hold would stop the other's run), the table's row beside

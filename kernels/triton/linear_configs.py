@@ -247,11 +247,21 @@ TABLE: tuple[Choice, ...] = (
            k_min=16384),
     Choice("other", 64, "wgmma", WgmmaConfig(block_m=64, block_k=128, split=2, stages=3,
                                              sub_k=2)),
+    # MoE experts, W6A6 e3m2 at T = 2048 (H100 2026-12-05 14:33 UTC, bench_moe, graph, us,
+    # docs/benchmarks.md part 23; E = 8 2048^2 / E = 32 top-4 2880^2 / E = 64 top-6 2048 x
+    # 7168): the plain 3-stage row below (one program an SM, part 22) 211.9 / 702.5 / 1689.9;
+    # 2 stages 170.6 / 528.2 / 1203.9; split 2, 2 stages, TMA x 159.5 / 469.5 / 1109.5 (two
+    # programs an SM); the wide ws tile (256 rows: one weight decode for ~192 rows an expert)
+    # 178.1 / 518.8 / 985.6 — it wins on K = 7168 only: the experts-only row with k_min
+    # below, which linear_configs.experts_row serves past 128 rows an expert
+    Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2,
+                                              tma_x=True), experts=True),
     Choice("other", 128, "wgmma", _WIDE_128, n_min=16384),
     Choice("other", 128, "wgmma", _WS_128),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2,
                                               sub_k=2, tma_x=True), n_min=8192),
     Choice("other", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=1, stages=3)),
+    Choice("other", LARGE_M, "wgmma", _WS_WIDE_2, k_min=7168, experts=True),  # (above)
     Choice("other", 256, "wgmma", _WS_WIDE_2, n_min=16384),
     Choice("other", 256, "wgmma", _WS_WIDE_2_S2),  # (as mxfp8: not measured)
     Choice("other", LARGE_M, "wgmma", _WS_WIDE_2),

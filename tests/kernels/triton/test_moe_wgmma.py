@@ -96,12 +96,16 @@ def test_past_128_rows_an_expert_an_experts_only_wide_row_serves(monkeypatch) ->
     for that many where the table has one (the wide tile: the weight decoded once, not twice);
     without one, or at 128 rows or fewer, the 128-row bucket's row as before."""
     wide = linear_wgmma.WgmmaConfig(256, 128, 1, 4, tma_x=True, ws=True)  # (no dense row's)
+    # the table without its own experts-only rows past 128 rows (mxfp6's wide row on long K)
+    base = tuple(r for r in linear_configs.TABLE if not (r.experts and r.m_max > 128))
+    assert len(base) < len(linear_configs.TABLE)
+    monkeypatch.setattr(linear_configs, "TABLE", base)
     before = {(rows, fmt): moe_wgmma.config_for(rows, 64, fmt, 2048, 7168)
               for rows in (4096, 12288, 40000) for fmt in ("mxfp4", "mxfp6_e3m2")}
     assert all(cfg.block_m == (64 if rows == 4096 else 128) for (rows, _), cfg in before.items())
     for family, fmt in (("other", "mxfp6_e3m2"), ("fp4", "mxfp4")):
         row = linear_configs.Choice(family, linear_configs.LARGE_M, "wgmma", wide, experts=True)
-        monkeypatch.setattr(linear_configs, "TABLE", (*linear_configs.TABLE, row))
+        monkeypatch.setattr(linear_configs, "TABLE", (*base, row))
         assert moe_wgmma.config_for(12288, 64, fmt, 2048, 7168) == wide  # 192 rows an expert
         assert moe_wgmma.config_for(40000, 64, fmt, 2048, 7168) == wide
         assert moe_wgmma.config_for(4096, 64, fmt, 2048, 7168) == before[(4096, fmt)]  # 64
@@ -114,12 +118,31 @@ def test_past_128_rows_an_expert_an_experts_only_wide_row_serves(monkeypatch) ->
         # choice serves, here the dense row (a dense row past 128 rows is never taken as such)
         dense = linear_configs.Choice(family, linear_configs.LARGE_M, "wgmma",
                                       linear_wgmma.WgmmaConfig(128, 128, 1, 3))
-        monkeypatch.setattr(linear_configs, "TABLE", (dense, *linear_configs.TABLE[:-1], row))
+        monkeypatch.setattr(linear_configs, "TABLE", (dense, *base, row))
         assert moe_wgmma.config_for(12288, 64, fmt, 2048, 7168) == wide
-        monkeypatch.setattr(linear_configs, "TABLE", (dense, *linear_configs.TABLE[:-1]))
+        monkeypatch.setattr(linear_configs, "TABLE", (dense, *base))
         assert moe_wgmma.config_for(12288, 64, fmt, 2048, 7168) == dense.config
         assert linear_configs.experts_row("wgmma", family, 192, n=2048, k=7168) is None
-        monkeypatch.undo()
+
+
+def test_w6a6_experts_take_the_rows_measured_at_t_2048() -> None:
+    """The mxfp6 experts' rows of 2026-12-05 (H100, bench_moe, T = 2048): past 64 rows an
+    expert, split 2 / 2 stages / TMA x (two programs an SM where the 3-stage row held one);
+    past 128 rows an expert on K >= 7168 (DeepSeek-like), the wide ws tile. mxfp4's choices
+    and every dense layer's stay as they were."""
+    two = linear_wgmma.WgmmaConfig(128, 128, 2, 2, tma_x=True)
+    for fmt in ("mxfp6_e2m3", "mxfp6_e3m2"):
+        assert moe_wgmma.config_for(4096, 8, fmt, 2048, 2048) == two  # E = 8: 512 rows
+        assert moe_wgmma.config_for(8192, 32, fmt, 2880, 2880) == two  # gpt-oss-like: 256
+        assert moe_wgmma.config_for(12288, 64, fmt, 2048, 7168) == linear_configs._WS_WIDE_2
+        assert moe_wgmma.config_for(6144, 64, fmt, 2048, 7168) == two  # T = 1024: 96 rows
+        assert moe_wgmma.config_for(1536, 64, fmt, 2048, 7168).block_m == 32  # T = 256
+    for n, k in ((2048, 2048), (2880, 2880), (2048, 7168), (8192, 8192)):
+        for m in (128, 256, 4096):  # a dense layer's row is never experts-only
+            row = linear_configs.choose("other", m, False, n=n, k=k)
+            assert row is not None and not row.experts, (n, k, m, row)
+            assert linear_configs.config_for("wgmma", "other", m, False, n=n, k=k) != two
+        assert moe_wgmma.config_for(12288, 64, "mxfp4", n, k).block_m == 128  # fp4: its own
 
 
 def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
@@ -131,8 +154,10 @@ def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
             assert cfg == linear_configs.config_for("wgmma", "fp4", block_m, False, n=n, k=k,
                                                     experts=True), (rows, e)
             six = moe_wgmma.config_for(rows, e, "mxfp6_e3m2", n, k)  # mxfp6: the table's own
-            assert six == linear_configs.config_for("wgmma", "other", block_m, False, n=n, k=k,
-                                                    experts=True), (rows, e)
+            wide = linear_configs.experts_row("wgmma", "other", -(-rows // e), n=n, k=k) \
+                if -(-rows // e) > 128 else None  # (past 128 rows an expert, long K)
+            assert six == (wide or linear_configs.config_for(
+                "wgmma", "other", block_m, False, n=n, k=k, experts=True)), (rows, e)
     # experts-only rows: MoE takes them, a dense layer of the same shape never does
     dense = linear_configs.config_for("wgmma", "fp4", 128, False, n=2048, k=7168)
     moe = moe_wgmma.config_for(4096, 8, "mxfp4", 2048, 7168)
@@ -144,7 +169,7 @@ def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
                                               passed_over=lambda c: c.ws)
     assert not short.ws and linear_configs.config_for("wgmma", "fp4", 128, False, n=2048,
                                                       k=2048).ws
-    assert all(not r.experts for r in linear_configs.TABLE if r.family != "fp4")
+    assert all(not r.experts for r in linear_configs.TABLE if r.family == "fp8")
 
 
 def test_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
