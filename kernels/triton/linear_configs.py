@@ -154,6 +154,10 @@ TABLE: tuple[Choice, ...] = (
     # (128 rows, TMA): 205 against 144 us at T = 2048, 132 against 122 at T = 1024 -> k_min
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2, rep=2,
                                             tma_x=True), k_min=2880, experts=True),
+    # ... on short K the same without rep 2 (H100 2026-12-05 14:34 UTC, bench_moe W4A4, E = 8,
+    # 2048^2, T = 2048: 142.7 against the dense row's 153.4 us; docs/benchmarks.md part 23)
+    Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=2,
+                                            tma_x=True), experts=True),
     Choice("fp4", 128, "wgmma", _WIDE_128, n_min=16384),
     Choice("fp4", 128, "wgmma", _WS_128),
     Choice("fp4", 128, "wgmma", WgmmaConfig(block_m=128, block_k=128, split=2, stages=3,

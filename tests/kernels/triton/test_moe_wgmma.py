@@ -142,7 +142,8 @@ def test_w6a6_experts_take_the_rows_measured_at_t_2048() -> None:
             row = linear_configs.choose("other", m, False, n=n, k=k)
             assert row is not None and not row.experts, (n, k, m, row)
             assert linear_configs.config_for("wgmma", "other", m, False, n=n, k=k) != two
-        assert moe_wgmma.config_for(12288, 64, "mxfp4", n, k).block_m == 128  # fp4: its own
+        # fp4 keeps its own rows (128 rows; rep 2 on K >= 2880), not the wide tile
+        assert moe_wgmma.config_for(12288, 64, "mxfp4", n, k).block_m == 128
 
 
 def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
@@ -162,11 +163,11 @@ def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
     dense = linear_configs.config_for("wgmma", "fp4", 128, False, n=2048, k=7168)
     moe = moe_wgmma.config_for(4096, 8, "mxfp4", 2048, 7168)
     assert moe.rep == 2 and dense.rep == 1 and moe != dense
-    # ... within its shape class: short K (E = 8 x 2048^2) takes the dense rows, all but the
-    # warp-specialized ones (dense layers only: the experts' launch has no ws kernel)
+    # ... within its shape class: short K (E = 8 x 2048^2) takes the experts' short-K row
+    # (no rep 2), never a warp-specialized dense one (the experts' launch has no ws kernel)
     short = moe_wgmma.config_for(4096, 8, "mxfp4", 2048, 2048)
-    assert short == linear_configs.config_for("wgmma", "fp4", 128, False, n=2048, k=2048,
-                                              passed_over=lambda c: c.ws)
+    assert short == linear_wgmma.WgmmaConfig(128, 128, 2, 2, tma_x=True) and short.rep == 1
+    assert short != linear_configs.config_for("wgmma", "fp4", 128, False, n=2048, k=2048)
     assert not short.ws and linear_configs.config_for("wgmma", "fp4", 128, False, n=2048,
                                                       k=2048).ws
     assert all(not r.experts for r in linear_configs.TABLE if r.family == "fp8")
