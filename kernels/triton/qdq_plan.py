@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from kernels.spec.formats import ElemFormat, check_rounding
-from kernels.triton import launcher, mx_quant
+from kernels.triton import launcher, mx_quant, mx_tiles
 from kernels.triton.grid_dependency import pdl_here
 from kernels.triton.mx_codec import KIND_OF_DTYPE, ROUNDING_CODE, format_constexprs
 from kernels.triton.mx_quant import bits_view
@@ -26,11 +26,12 @@ from kernels.triton.mx_quant import bits_view
 # switched on once its GPU test passes in a whole-suite run and tools/bench_pdl.py times W4A4
 # nearer W4A16 with it (the interpreter takes the tile whenever the gate is on). The second
 # holds (H100 2026-12-05 14:33 UTC, 8192^2, W4A4 / W4A16 graph 1.14 / 1.19 / 1.16x -> 1.11 /
-# 1.12 / 1.13x at M = 1 / 16 / 64, docs/benchmarks.md part 23) and the test passed in a
-# targeted GPU run; the whole-suite run is owed.
+# 1.12 / 1.13x at M = 1 / 16 / 64, docs/benchmarks.md part 23; H200 2026-12-05 15:17 UTC
+# 1.14 / 1.16 / 1.15x -> 1.10 / 1.11 / 1.12x, part 24) and the whole suite ran green on the
+# H200 at 3cee91f (2026-12-05 15:11 UTC, docs/verification.md): on since.
 SMALL_ROWS = 64
 SMALL_ROWS_TILE = {"BLOCK_R": 1, "BLOCK_K": 256}
-SMALL_ROWS_VERIFIED = False
+SMALL_ROWS_VERIFIED = True
 
 
 class QdqPlan:
@@ -119,6 +120,36 @@ class QdqPlan:
         return True
 
 
+
+class Fp8StaticQdq:
+    """The static per-tensor fp8 QDQ of a layer's rows (`mx_tiles.fp8_static_qdq_kernel`), the
+    scale already on the weight's device (linear_tiles.prepare_tensors): one launch a call, no
+    host copy of the scale and no sync, so a CUDA graph captures it (the dispatcher's torch
+    cast copied a CPU scale in each call: capture failed, H200 2026-12-05, benchmarks part 24)."""
+
+    def __init__(self, scale: torch.Tensor, consts: dict, dtype: torch.dtype, k: int):
+        self.scale, self.k = scale, k
+        self.tile = mx_quant._tile("qdq", 0)
+        names = mx_tiles.fp8_static_qdq_kernel.arg_names
+        facts = dict(IN_KIND=KIND_OF_DTYPE[dtype], HW_CAST=not mx_quant._INTERPRETED,
+                     **{n: consts[n] for n in ("A_MBITS", "A_BIAS", "A_MAX_NORMAL", "A_IS_INT")})
+        self.tail = tuple(facts[n] for n in names[names.index("IN_KIND"):names.index("BLOCK_R")])
+
+    def __call__(self, x2d: torch.Tensor) -> torch.Tensor:
+        """x2d [R, K] (unit stride along K, the plan's dtype) -> its QDQ, a new tensor."""
+        r, k = x2d.shape
+        out = torch.empty((r, k), dtype=x2d.dtype, device=x2d.device)
+        if not (r and k):
+            return out
+        tile = SMALL_ROWS_TILE if r <= SMALL_ROWS and SMALL_ROWS_VERIFIED else self.tile
+        xb, ob = bits_view(x2d), bits_view(out)
+        args = (xb, self.scale, ob, r, k, x2d.stride(0), k) + self.tail + \
+            (tile["BLOCK_R"], tile["BLOCK_K"])
+        launcher.launch_auto(mx_tiles.fp8_static_qdq_kernel,
+                             (-(-r // tile["BLOCK_R"]), -(-k // tile["BLOCK_K"])), args,
+                             num_warps=mx_quant.GPU_WARPS)
+        return out
+
 # A stream's scratch rows, a host thread's own: (flat buffer, {(rows, K, dtype): its [rows, K]
 # view}). Kernels of one stream run in order, so a buffer that one kernel writes and the next
 # reads serves every layer one thread runs on the stream; grown (the views rebuilt), never
@@ -150,4 +181,4 @@ def scratch(stream: object, r: int, k: int, dtype: torch.dtype,
     return view
 
 
-__all__ = ["QdqPlan", "scratch"]
+__all__ = ["Fp8StaticQdq", "QdqPlan", "scratch"]
