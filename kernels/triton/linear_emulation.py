@@ -17,7 +17,6 @@ dispatcher's activation QDQ bit for bit, the weight decoded exactly, fp32 accumu
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -200,8 +199,19 @@ def _act_qdq(prepared: PreparedWeight, consts: dict, x: Tensor, k: int,
     key = prepared.contract.activation
     if key in MX_DYNAMIC_KEYS:  # its kernel, planned: no per-call checks
         return qdq_plan.QdqPlan(key.format, key.scale.rounding, x.dtype, k, keep_launches=True)
-    return functools.partial(activation_qdq(key, backend="triton-qdq"),
-                             act_scale=prepared.act_scale)
+    return _fp8_static_qdq(prepared, x.dtype)
+
+
+def _fp8_static_qdq(prepared: PreparedWeight, dtype: torch.dtype) -> Callable:
+    """The static fp8 QDQ of a layer's rows (ACT_FP8_STATIC: the one other key the kernels
+    take) with the scale prepare_tensors put on the weight's device, built once a dtype."""
+    cached = prepared.cache[_CACHE_KEY]
+    plans = cached.setdefault("fp8_qdq", {})
+    plan = plans.get(dtype)
+    if plan is None:
+        plan = plans[dtype] = qdq_plan.Fp8StaticQdq(cached["act_scale"], cached["consts"], dtype,
+                                                    cached["k"])
+    return plan
 
 
 def _check_call(x: Tensor, prepared: PreparedWeight, out_dtype: torch.dtype,
@@ -295,8 +305,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
         if m > 1 and consts["ACT_MODE"] != ACT_NONE:
             # QDQ the few rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel
             # one) instead of once per weight stripe: every program would redo all M x K
-            x2d = activation_qdq(prepared.contract.activation, backend="triton-qdq")(
-                x2d, prepared.act_scale)
+            x2d = _act_qdq(prepared, consts, x2d, k, m)(x2d)
             consts["ACT_MODE"] = ACT_NONE
         linear_decode.launch_decode(x2d, out, cached, bias32, consts, config=cfg,
                                     remember=plan.decode if m == 1 and strategy is None
@@ -338,8 +347,10 @@ def _dequant_gemm(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None) ->
     """bf16 only: Triton QDQ of x and dequantization of W (exact in bf16), cuBLAS GEMM."""
     xq = x2d
     key = prepared.contract.activation
-    if key is not None:
-        xq = activation_qdq(key, backend="triton-qdq")(x2d, prepared.act_scale)
+    if key in MX_DYNAMIC_KEYS:
+        xq = activation_qdq(key, backend="triton-qdq")(x2d, None)
+    elif key is not None:
+        xq = _fp8_static_qdq(prepared, x2d.dtype)(x2d)
     w = mx_dequantize(prepared.weight, torch.bfloat16, backend="triton-qdq")
     return F.linear(xq, w, bias)
 

@@ -1,6 +1,7 @@
 """The device tiles the emulation linear and MoE kernels read (linear_emulation, linear_decode,
 linear_gemv, linear_mma, moe_grouped): `act_tile`, the activation tile after the contract's QDQ,
-and `weight_tile`, the dequantized weight tile. Built from mx_codec's helpers, so they round
+and `weight_tile`, the dequantized weight tile (and `fp8_static_qdq_kernel`, the static fp8 QDQ
+alone, by `act_tile`'s steps). Built from mx_codec's helpers, so they round
 exactly as the quantize / dequantize / QDQ kernels do; the host side of these tiles is
 linear_tiles.py.
 """
@@ -11,7 +12,7 @@ import triton.language as tl
 
 from kernels.triton.mx_codec import (
     decode, e8m0_value, fp32_to_bf16_bits, load_codes, load_fp32, qdq_blocks, round_value,
-    saturate, scaled_saturated, tile_blocks,
+    saturate, scaled_saturated, store_fp32, tile_blocks,
 )
 
 
@@ -75,3 +76,22 @@ def weight_tile(data_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk,
     else:
         val = val * e8m0_value(sbyte)[:, :, None]  # a NaN scale (0xFF): the whole block NaN
     return tl.reshape(val, [BLOCK_N, BLOCK_K])
+
+
+@triton.jit
+def fp8_static_qdq_kernel(x_ptr, s_ptr, out_ptr, R, K, stride_x, stride_o,
+                          IN_KIND: tl.constexpr, A_MBITS: tl.constexpr, A_BIAS: tl.constexpr,
+                          A_MAX_NORMAL: tl.constexpr, A_IS_INT: tl.constexpr,
+                          HW_CAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The static per-tensor fp8 activation QDQ of x [R, K] into out (x's dtype) with the scale
+    read on the device (s_ptr: fp32 [1]), by `act_tile`'s own steps: for kernels that take x
+    QDQ'd first (wgmma, dequant-gemm), one pass and no host copy of the scale (CUDA graphs
+    capture it)."""
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    x = act_tile(x_ptr, stride_x, s_ptr, R, K, pid_r, pid_k, IN_KIND, 2, A_MBITS, A_BIAS, 0,
+                 A_MAX_NORMAL, 0, 0, A_IS_INT, 0, HW_CAST, BLOCK_R, BLOCK_K)
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    store_fp32(out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :], x,
+               (rows < R)[:, None] & (cols < K)[None, :], OUT_KIND=IN_KIND, HW_CAST=HW_CAST)

@@ -104,6 +104,30 @@ def test_wgmma_replays_in_a_cuda_graph() -> None:
 
 
 @gpu
+@pytest.mark.parametrize("m", (1, 40, 300))
+def test_a_static_fp8_activation_layer_replays_in_a_cuda_graph(m: int) -> None:
+    """W4A8 with a static per-tensor fp8 scale (the *_a_fp8 schemes): its QDQ reads the scale
+    on the device (qdq_plan.Fp8StaticQdq), so a CUDA graph captures the layer (it failed on a
+    host copy of the scale, H200 2026-12-05); the replay gives the eager call's bits and the
+    reference's values (the wgmma rows at M = 1 / 40, dequant-gemm past the table)."""
+    from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY
+
+    gen = torch.Generator().manual_seed(40 + m)
+    w = fp4_weight(256, 1024, gen).to("cuda")
+    prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"),
+                                                activation=FP8_STATIC_TENSOR_KEY), act_scale=0.02)
+    x = (torch.randn(m, 1024, generator=gen) * 3).to(torch.bfloat16).cuda()
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), 1e4, 0.0])
+    eager = fused_linear(x, prepared)
+    assert close(eager, reference_bf16(x, prepared))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fused_linear(x, prepared)
+    graph.replay()
+    assert same_values(captured, eager)
+
+
+@gpu
 def test_w4a4_layers_share_the_streams_qdq_scratch() -> None:
     """W4A4 on wgmma QDQs x into the stream's scratch rows (qdq_plan.scratch: one allocation
     less a call): two layers called in turn on one stream give, each call, the bits of their
