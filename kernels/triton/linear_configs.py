@@ -6,8 +6,10 @@ linear"); a new measurement edits a row, not an `if` chain. `choose` reads the f
 weight family, M range and shape class match; the interpreter runs the same strategy with a
 small config so CPU CI covers the paths the GPU takes.
 
-Weight families: "fp4" (packed mxfp4: the 32-bit word decode), "fp8" (mxfp8 E4M3 / E5M2: the
-hardware fp8 convert), "other" (mxfp6, mxint8, unpacked fp4: the generic exact decode).
+Weight families: "fp4" (packed mxfp4: the 32-bit word decode), "fp8" (8-bit codes: mxfp8
+E4M3 / E5M2 and mxint8 — one byte a weight to stream, a decode of two to four instructions a
+bf16x2 pair on wgmma: fp8_words / int8_words), "other" (mxfp6, unpacked fp4: the generic exact
+decode or mxfp6's word decode).
 Measured on N x K = 8192 x 8192, 28672 x 8192 and 8192 x 28672; a row's shape class (`n_min`,
 `k_min`) says where it was measured faster, the rows after it serve the rest.
 """
@@ -285,8 +287,8 @@ def weight_family(consts: dict) -> str:
     """The table's family of a prepared weight (its kernel constexprs)."""
     if consts["W_PACK"] == 1 and consts["W_BITS"] == 4:
         return "fp4"
-    if consts["W_BITS"] == 8 and not consts["W_IS_INT"] and consts["W_PACK"] == 0:
-        return "fp8"
+    if consts["W_BITS"] == 8 and consts["W_PACK"] == 0:  # mxfp8 and mxint8 (2026-12-05: on
+        return "fp8"  # wgmma as mxfp8; their rows until mxint8's own are measured)
     return "other"
 
 

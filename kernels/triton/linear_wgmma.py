@@ -74,8 +74,8 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
     expert order, w / s every expert's layout (strides stride_we / stride_se).
-    FMT 0: mxfp4 words (w); 3: mxfp8 e4m3, w codes 0..3 and b_ptr codes 4..7 of each thread's
-    8 (fp8_words); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits and b_ptr their
+    FMT 0: mxfp4 words (w); 3 / 4: mxfp8 e4m3 / mxint8, w codes 0..3 and b_ptr codes 4..7 of
+    each thread's 8 (fp8_words / int8_words); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits and b_ptr their
     low bits (fp6_words). ACT: () or an activation's QDQ facts (wgmma_tiles.act_facts): the x
     tile's QDQ in the kernel, into a buffer of its own, before the wgmma reads it. SUB_K 2: each
     K tile as two halves, the second decoded while the first's wgmma is in flight. REP 2: each
@@ -96,7 +96,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     # mxfp8); a K tile of a block is NBH consecutive chunks, a program G // 4 blocks
     TW: gl.constexpr = 1024 * NBH  # words a block's K tile
     TS: gl.constexpr = 256 * NBH  # scale bytes a block's K tile
-    TB: gl.constexpr = TW if FMT == 3 else TW // 2  # B words a block's K tile
+    TB: gl.constexpr = TW if FMT >= 3 else TW // 2  # B words a block's K tile
     NB: gl.constexpr = G // 4  # 64-row blocks a program
     D: gl.constexpr = STAGES - 1  # prefetch distance (no wgmma in flight past its iteration)
     WL: gl.constexpr = words_layout(WARPS, NBH)
@@ -136,7 +136,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
             + along(8, 1, 5, SL) * 8 + along(2, 2, 5, SL) * 4 + along(4, 4, 5, SL))
     first = (pid_n * NB).to(gl.int64) * chunks  # the program's first block's first chunk
     wbase = w_ptr + first * 1024 + woff
-    if FMT == 3:  # mxfp8: B words in the A words' own order
+    if FMT >= 3:  # mxfp8 / mxint8: B words in the A words' own order
         bbase = b_ptr + first * 1024 + woff
     else:  # mxfp6: B words per chunk [w][h][g][t][2] (fp6_words)
         BL: gl.constexpr = words_layout(WARPS, NBH, 2)
@@ -251,6 +251,11 @@ K_TAIL_VERIFIED = True
 FP6_VERIFIED = True
 # mxfp8 e4m3 weights (fp8_words' layout) (H200, 19d2a90, 2026-12-02).
 FP8_VERIFIED = True
+# mxint8 weights (int8_words' layout: sign-magnitude codes as bf16 subnormals), written
+# 2026-12-05 without a GPU (the PTX against its twin, the twin against the reference, the
+# kernels compiled for sm_90a: CPU CI); on in the tree whose whole-suite H200 run checks its
+# GPU tests (test_wgmma_formats' 8-bit test, the ws test): docs/verification.md, 2026-12-05.
+INT8_VERIFIED = True
 # Warps a program: 4 is one warpgroup (64 weight rows); 8, two sharing one x tile (half the x
 # re-reads: most of a program's copies at M >= 64) (H200, 19d2a90).
 WARPS_VERIFIED = (4, 8)
@@ -323,9 +328,9 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
         return "fuse_act (the activation QDQ in the kernel): written, not yet verified on a GPU"
     fmt = weight_format(consts)
     if fmt is None:
-        return "packed mxfp4, mxfp6 or mxfp8 e4m3 weights only"
+        return "packed mxfp4, mxfp6, mxfp8 e4m3 or mxint8 weights only"
     if not {"mxfp6_e2m3": FP6_VERIFIED, "mxfp6_e3m2": FP6_VERIFIED,
-            "mxfp8_e4m3": FP8_VERIFIED}.get(fmt, True):
+            "mxfp8_e4m3": FP8_VERIFIED, "mxint8": INT8_VERIFIED}.get(fmt, True):
         return f"{fmt} weights: written, not yet verified on a GPU"
     if x_dtype != torch.bfloat16 or out_dtype != torch.bfloat16:
         return "bf16 x and output only"

@@ -198,7 +198,7 @@ def _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s, tile0
     """K tile kk's weight copies into slot s, its barrier told the tile's bytes (x's too: XB)."""
     WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     WR: gl.constexpr = 8 * BLOCK_K // _ROW  # rows of a tile's words in their flat view
-    BR: gl.constexpr = WR if FMT == 3 else WR // 2
+    BR: gl.constexpr = WR if FMT >= 3 else WR // 2
     SR: gl.constexpr = 2 * BLOCK_K // _ROW
     WB: gl.constexpr = ((WR + BR) * 4 if FMT else WR * 4) * _ROW + SR * _ROW  # a block's bytes
     bar = full.index(s)

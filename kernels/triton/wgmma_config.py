@@ -19,6 +19,7 @@ from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import ALIGN, CHUNK_K, WGMMA_WARPS, wgmma_layout
 from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
 from kernels.triton.fp8_words import fp8_fits, wgmma_layout_fp8
+from kernels.triton.int8_words import int8_fits, wgmma_layout_int8
 from kernels.triton.linear_decode import checked_once, fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES
 
@@ -106,7 +107,7 @@ class WgmmaPlan:
     k: int
     key: int
     bwords: Optional[Tensor] = None  # mxfp6: the codes' low bits (fp6_words)
-    fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 mxfp6 e2m3, 2 mxfp6 e3m2, 3 mxfp8 e4m3
+    fmt: int = 0  # the kernel's FMT: 0 mxfp4, 1 / 2 mxfp6 e2m3 / e3m2, 3 mxfp8 e4m3, 4 mxint8
     act: tuple = ()  # the kernel's ACT: the activation QDQ it runs (wgmma_tiles.act_facts)
     fast: dict = field(default_factory=dict, compare=False)  # (stream, M tiles) -> Bound
     descs: tuple = ()  # ws: TMA descriptors of words, B words, scale bytes (ws_descriptors)
@@ -114,7 +115,7 @@ class WgmmaPlan:
     pdl: bool = False  # launched programmatically after its activation QDQ (grid_dependency)
 
 
-FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3")  # by the kernel's FMT
+FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8")  # by the kernel's FMT
 
 
 def weight_format(consts: dict) -> Optional[str]:
@@ -128,6 +129,8 @@ def weight_format(consts: dict) -> Optional[str]:
     if consts["W_BITS"] == 8 and consts["W_PACK"] == 0 and not consts.get("W_IS_INT") and \
             consts.get("W_MBITS") == 3:
         return "mxfp8_e4m3"
+    if consts["W_BITS"] == 8 and consts["W_PACK"] == 0 and consts.get("W_IS_INT"):
+        return "mxint8"
     return None
 
 
@@ -149,9 +152,10 @@ def weight_programs(cfg: WgmmaConfig, n: int, who: str) -> int:
 
 def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                cfg: WgmmaConfig, act: tuple = ()) -> Optional[WgmmaPlan]:
-    """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where a finite
-    scale byte is past the layout's range (mxfp4: 128, `fp4_scale_fits`; mxfp6: `scale_fits`;
-    checked once per weight, a device sync). `act`: the activation QDQ the kernel runs (with
+    """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where the
+    layout cannot hold the weight (mxfp4: a scale byte past 128, `fp4_scale_fits`; mxfp6:
+    `scale_fits`; mxfp8 / mxint8: `fp8_fits` / `int8_fits`; checked once per weight, a device
+    sync). `act`: the activation QDQ the kernel runs (with
     `cfg.fuse_act`: wgmma_tiles.act_facts of the contract's key; () otherwise)."""
     fmt = weight_format(cached["consts"])
     layout = one_layout(cached, fmt, k)
@@ -190,6 +194,9 @@ def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
     elif fmt == "mxfp8_e4m3":
         if not checked_once(cached, "fp8_fits", lambda: fp8_fits(data, scales)):
             return None
+    elif fmt == "mxint8":
+        if not checked_once(cached, "int8_fits", lambda: int8_fits(data, scales)):
+            return None
     else:
         if not checked_once(cached, "fp6_scale_fits", lambda: scale_fits(scales, fmt)):
             return None
@@ -200,13 +207,15 @@ def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
 
 def layout_of(fmt: str, data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     """(words, scale bytes, B words or None) of [N, K] weight rows in the one layout: mxfp4 as
-    packed data, mxfp6 as one code a byte, mxfp8 as its codes; the caller checked the scales
+    packed data, mxfp6 as one code a byte, mxfp8 / mxint8 as their codes; the caller checked the scales
     fit (one_layout for a dense weight, moe_wgmma.expert_layout for every expert at once)."""
     shape = (CHUNK_K, WGMMA_WARPS)
     if fmt == "mxfp4":
         return (*wgmma_layout(data, scales, *shape, ALIGN), None)
     if fmt == "mxfp8_e4m3":
         a, b, s = wgmma_layout_fp8(data, scales, *shape, ALIGN)
+    elif fmt == "mxint8":
+        a, b, s = wgmma_layout_int8(data, scales, *shape, ALIGN)
     else:
         a, b, s = wgmma_layout_fp6(data, scales, fmt, *shape, ALIGN)
     return a, s, b

@@ -2,8 +2,8 @@
 outputs land on wgmma's A operand layout with no data movement, and small layout helpers.
 
 Each decoder has a torch twin that replays its PTX step for step: fp4_words.wgmma_decode
-(mxfp4), fp6_words.wgmma_decode_fp6 (mxfp6) and fp8_words.wgmma_decode_fp8 (mxfp8 e4m3); CPU CI
-checks the twins against the reference dequantization at every code and scale byte, the PTX
+(mxfp4), fp6_words.wgmma_decode_fp6 (mxfp6), fp8_words.wgmma_decode_fp8 (mxfp8 e4m3) and
+int8_words.wgmma_decode_int8 (mxint8); CPU CI checks the twins against the reference dequantization at every code and scale byte, the PTX
 against the twins (tests/kernels/triton/test_wgmma_ptx.py), the GPU tests the kernel itself.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from triton.experimental.gluon import language as gl
 
 from kernels.triton.fp6_words import B_MASK, B_ROT
 from kernels.triton.fp8_words import EXP_SIGN, FULL, MANT
+from kernels.triton.int8_words import MASK as INT8_MASK, ROT as INT8_ROT
 
 
 # One word -> 8 bf16 (pairs 0..3 as bf16x2), each pair times the scale word $9: the PTX twin of
@@ -204,12 +205,41 @@ def decode_fp8(words, bwords, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexp
     return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
 
 
+def _int8_asm() -> str:
+    """PTX: A word ($8: sign-magnitude codes 0..3) and B word ($9: codes 4..7) -> 8 bf16 times
+    the scale word ($10): per word, pair 0 = word & MASK, pair 1 = rotr(word, 8) & MASK —
+    int8_words.int8_pairs' steps, one for one."""
+    body = ""
+    for src, out in (("$8", 0), ("$9", 4)):
+        body += (f"and.b32 a, {src}, {INT8_MASK:#010x}; mul.rn.bf16x2 a, a, $10; "
+                 f"mov.b32 {{${out}, ${out + 1}}}, a;\n"
+                 f"shf.r.wrap.b32 a, {src}, {src}, {INT8_ROT}; and.b32 a, a, {INT8_MASK:#010x}; "
+                 f"mul.rn.bf16x2 a, a, $10; mov.b32 {{${out + 2}, ${out + 3}}}, a;\n")
+    return "{\n.reg .b32 a;\n" + body + "}"
+
+
+_DECODE_INT8 = gl.constexpr(_int8_asm())
+
+
+@gluon.jit
+def decode_int8(words, bwords, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                A: gl.constexpr):
+    """mxint8 (FMT 4): A words (codes 0..3 of a thread's 8) + B words (codes 4..7) in
+    sign-magnitude, fp8's word order, + scale words -> the bf16 A operand (int8_words)."""
+    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+        _DECODE_INT8, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, bwords, sword],
+        dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
+    return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
+
+
 @gluon.jit
 def decode(words, bw, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
            A: gl.constexpr, FMT: gl.constexpr):
     """A K tile's (or half's) A operand from its per-thread operands (`slot_operands`), by the
-    kernel's weight format FMT (0 mxfp4, 1 / 2 mxfp6 e2m3 / e3m2, 3 mxfp8 e4m3)."""
-    if FMT == 3:
+    kernel's weight format FMT (0 mxfp4, 1 / 2 mxfp6 e2m3 / e3m2, 3 mxfp8 e4m3, 4 mxint8)."""
+    if FMT == 4:
+        return decode_int8(words, bw, sword, BLOCK_N, BLOCK_K, A)
+    elif FMT == 3:
         return decode_fp8(words, bw, sword, BLOCK_N, BLOCK_K, A)
     elif FMT:
         return decode_fp6(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
@@ -225,7 +255,7 @@ def slot_operands(w_slot, b_slot, s_slot, WL: gl.constexpr, SL: gl.constexpr,
     scale bytes', the t lanes of a row sharing them)."""
     words = w_slot.load(WL)
     sword = scale_word(s_slot.load(SL), words)
-    if FMT == 3:
+    if FMT >= 3:  # mxfp8 / mxint8: B words in the A words' own order
         bw = b_slot.load(WL)
         base = bw
     elif FMT:
@@ -236,5 +266,5 @@ def slot_operands(w_slot, b_slot, s_slot, WL: gl.constexpr, SL: gl.constexpr,
 
 
 __all__ = ["acc_layout", "along", "decode", "decode_fp4", "decode_fp6", "decode_fp8",
-           "fp6_operands", "halves", "scale_word", "slot_operands", "words_layout",
+           "decode_int8", "fp6_operands", "halves", "scale_word", "slot_operands", "words_layout",
            "x_copy_layout"]

@@ -132,7 +132,7 @@ def weight_ring(STAGES: gl.constexpr, G: gl.constexpr, NBH: gl.constexpr, FMT: g
     WS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [5, 2, 1, 3, 0, 4])
     SS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [4, 2, 1, 0, 3])
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4], WS)
-    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4 if FMT == 3 else 2]
+    b_smem = gl.allocate_shared_memory(gl.int32, [STAGES, G, 8, 4, 2, NBH, 4 if FMT >= 3 else 2]
                                        if FMT else [1, 1, 1, 1, 1, 1, 2], WS)
     s_smem = gl.allocate_shared_memory(gl.uint8, [STAGES, G, 8, 2, NBH, 4], SS)
     return w_smem, b_smem, s_smem

@@ -10,6 +10,8 @@ from kernels.spec.formats import FORMATS
 
 #: every e4m3 code but the two NaNs (0x7F, 0xFF)
 E4M3_CODES = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F])
+#: every mxint8 byte but -128 (0x80: int8_words' layout has no magnitude 128)
+INT8_CODES = torch.tensor([c for c in range(256) if c != 0x80])
 
 
 def e4m3_weight(n: int, k: int, gen: torch.Generator) -> MXTensor:
@@ -22,6 +24,19 @@ def e4m3_weight(n: int, k: int, gen: torch.Generator) -> MXTensor:
     at = torch.randperm(flat.numel(), generator=gen)[:14]
     flat[at] = torch.tensor([3, 4, 126, 127, 128, 134, 255] * 2)
     return MXTensor(codes.to(torch.uint8), scales.to(torch.uint8), "mxfp8_e4m3", "even",
+                    torch.Size((n, k)), "unpacked")
+
+
+def int8_weight(n: int, k: int, gen: torch.Generator) -> MXTensor:
+    """Random mxint8 codes (every byte but 0x80 in the first row) and scale bytes 90..127 with
+    0, 1, 2, 126, 127 and 0xFF (NaN) planted: the range int8_words' layout holds."""
+    codes = INT8_CODES[torch.randint(0, INT8_CODES.numel(), (n, k), generator=gen)]
+    codes[0, :min(k, INT8_CODES.numel())] = INT8_CODES[:k]
+    scales = torch.randint(90, 128, (n, k // 32), generator=gen)
+    flat = scales.view(-1)
+    at = torch.randperm(flat.numel(), generator=gen)[:12]
+    flat[at] = torch.tensor([0, 1, 2, 126, 127, 255] * 2)[:at.numel()]
+    return MXTensor(codes.to(torch.uint8), scales.to(torch.uint8), "mxint8", "even",
                     torch.Size((n, k)), "unpacked")
 
 

@@ -79,7 +79,7 @@ def wgmma_signature(consts: dict, ws: bool = False) -> tuple:
         ptrs["x_ptr"] = f"tensordesc<bf16[{bm}, {bk}],{X_SMEM!r}>"
     if ws:
         rows = 8 * bk // 256  # weight words: 8 rows of 256 a 256-wide K tile
-        b_rows = rows if consts["FMT"] in (0, 3) else rows // 2
+        b_rows = rows if consts["FMT"] in (0, 3, 4) else rows // 2
         w_flat, s_flat = linear_wgmma_ws.W_FLAT.value, linear_wgmma_ws.S_FLAT.value
         ptrs.update(w_ptr=f"tensordesc<i32[{rows}, 256],{w_flat!r}>",
                     b_ptr=f"tensordesc<i32[{b_rows}, 256],{w_flat!r}>",

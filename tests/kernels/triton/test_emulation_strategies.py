@@ -162,7 +162,8 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     fp4 = {"W_PACK": 1, "W_BITS": 4, "W_IS_INT": False}
     fp8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": False}
     int8 = {"W_PACK": 0, "W_BITS": 8, "W_IS_INT": True}
-    assert [lc.weight_family(c) for c in (fp4, fp8, int8)] == ["fp4", "fp8", "other"]
+    fp6 = {"W_PACK": 2, "W_BITS": 6, "W_IS_INT": False}
+    assert [lc.weight_family(c) for c in (fp4, fp8, int8, fp6)] == ["fp4", "fp8", "fp8", "other"]
     assert le.strategy_for(1, bf, bf, None, True, fp4, n=8192, k=8192)[0] == "wgmma"  # sm_90's Gluon
     assert le.strategy_for(16, bf, bf, None, True, fp4, n=8192, k=8192)[0] == "wgmma"
     # where wgmma does not apply, the family's next row
@@ -179,24 +180,28 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     assert le.strategy_for(65, bf, bf, None, True, fp8, skip=("wgmma",), n=8192, k=8192)[0] == \
         "dequant-gemm"
     # the shape class: two warpgroups without split-K at M = 64 on wide layers only
-    for family in (fp4, fp8, int8):
+    for family in (fp4, fp8, int8, fp6):
         wide = le.strategy_for(64, bf, bf, None, True, family, n=28672, k=8192)[1]
         narrow = le.strategy_for(64, bf, bf, None, True, family, n=8192, k=8192)[1]
         assert (wide.warps, wide.split, narrow.warps, narrow.split) == (8, 1, 4, 2), family
         assert le.strategy_for(64, bf, bf, None, True, family, n=16383, k=8192)[1] == narrow
     # ... and by K: 128 weight rows a warpgroup (rep 2) with split 4 at M = 32 / 64 on long K
-    for family in (fp4, fp8, int8):
+    for family in (fp4, fp8, int8, fp6):
         long_k = le.strategy_for(64, bf, bf, None, True, family, n=8192, k=28672)[1]
         assert (long_k.rep, long_k.split) == (2, 4), family
         assert le.strategy_for(64, bf, bf, None, True, family, n=8192, k=16383)[1].rep == 1
         assert le.strategy_for(64, bf, bf, None, True, family, n=28672, k=28672)[1].warps == 8
-    # the "other" family's first rows are wgmma (mxfp6); a weight it refuses (mxint8 here:
-    # linear_wgmma.unavailable) takes the next row, as _plan does
-    assert le.strategy_for(1, bf, bf, None, True, int8, n=8192, k=8192)[0] == "wgmma"
-    assert le.strategy_for(1, bf, bf, None, True, int8, skip=("wgmma",), n=8192, k=8192)[0] == "decode"
-    assert le.strategy_for(16, bf, bf, None, True, int8, skip=("wgmma",), n=8192, k=8192)[0] == "mma"
-    assert le.strategy_for(65, f16, f16, None, True, int8, n=8192, k=8192)[0] == "wgmma"  # refused: f16
-    assert le.strategy_for(65, f16, f16, None, True, int8, skip=("wgmma",), n=8192, k=8192)[0] == "tiled"
+    # each family's first rows are wgmma; a weight it refuses (linear_wgmma.unavailable: an
+    # mxint8 scale past 1.0, f16 x, ...) takes the next row, as _plan does
+    for family in (int8, fp6):
+        assert le.strategy_for(1, bf, bf, None, True, family, n=8192, k=8192)[0] == "wgmma"
+        assert le.strategy_for(16, bf, bf, None, True, family, skip=("wgmma",), n=8192,
+                               k=8192)[0] == "mma"
+        assert le.strategy_for(65, f16, f16, None, True, family, n=8192, k=8192)[0] == "wgmma"
+        assert le.strategy_for(65, f16, f16, None, True, family, skip=("wgmma",), n=8192,
+                               k=8192)[0] == "tiled"
+    assert le.strategy_for(1, bf, bf, None, True, fp6, skip=("wgmma",), n=8192, k=8192)[0] == "decode"
+    assert le.strategy_for(1, bf, bf, None, True, int8, skip=("wgmma",), n=8192, k=8192)[0] == "mma"
     assert le.strategy_for(200, bf, bf, torch.zeros(4), True, fp4, n=8192, k=8192)[0] == "tiled"
     assert le.strategy_for(200, bf, bf, None, False, fp4, n=8192, k=8192)[0] == "tiled"  # no GPU
     # the interpreter takes the GPU's strategy with its own small config
@@ -223,14 +228,14 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     # and wgmma) on narrow layers, and on wide ones for the "other" family (mxfp6: measured
     # faster there too); mxfp4 / mxfp8 keep the two-warpgroup row on wide layers
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    for family, wide_ws in ((fp4, False), (fp8, False), (int8, True)):
+    for family, wide_ws in ((fp4, False), (fp8, False), (int8, False), (fp6, True)):
         wide = le.strategy_for(64, bf, bf, None, True, family, n=28672, k=8192)[1]
         narrow = le.strategy_for(64, bf, bf, None, True, family, n=8192, k=8192)[1]
         assert (wide.ws, wide.warps, narrow.ws, narrow.split) == \
             (wide_ws, 4 if wide_ws else 8, True, 1), family
     # ... and past M = 128 the wide ws tile (256 rows a program; dequant-gemm while it is gated)
     monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
-    for family, stages in ((fp4, 3), (fp8, 2), (int8, 2)):
+    for family, stages in ((fp4, 3), (fp8, 2), (int8, 2), (fp6, 2)):
         for m in (129, 4096):
             strategy, cfg = le.strategy_for(m, bf, bf, None, True, family, n=8192, k=8192)
             assert (strategy, cfg.block_m, cfg.ws, cfg.stages) == ("wgmma", 256, True, stages)
@@ -239,7 +244,7 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     assert le.strategy_for(128, bf, bf, None, True, fp4, n=8192, k=8192)[1].block_m == 128
     # ... with split-K 2 up to M = 256 on N < 16384, once its own gate is open
     monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
-    for family in (fp4, fp8, int8):
+    for family in (fp4, fp8, int8, fp6):
         for m, n, split in ((129, 8192, 2), (256, 8192, 2), (257, 8192, 1), (512, 8192, 1),
                             (200, 28672, 1)):
             cfg = le.strategy_for(m, bf, bf, None, True, family, n=n, k=8192)[1]

@@ -220,7 +220,8 @@ def test_planned_launches_match_the_reference_call_after_call(wname: str, akey) 
             got = fused_linear(x, p, b)
             want = ref.apply(x, p, b)
             assert ((got - want).norm() / want.norm()) <= 1e-5
-    m1_strategy = "gemv" if wname == "mxfp4" else "decode"
+    # (fp32 x: no wgmma; each family's next M = 1 row: mxint8 takes the 8-bit family's mma)
+    m1_strategy = {"mxfp4": "gemv", "mxint8": "mma"}.get(wname, "decode")
     for p, want in ((prepared, m1_strategy), (wide, m1_strategy)):
         m1 = [plan for key, plan in p.cache["triton_emulation"]["plans"].items() if key[0] == 1]
         assert m1 and all(plan.strategy == want for plan in m1)

@@ -22,7 +22,7 @@ from kernels.triton import linear_wgmma_ws as ws
 from kernels.triton.fp6_words import wgmma_layout_fp6
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16, special_rows
-from support.mx_weights import e4m3_weight, fp4_weight, fp6_weight
+from support.mx_weights import e4m3_weight, fp4_weight, fp6_weight, int8_weight
 from support.sm90_compile import SM90_SHARED, case_ids, compile_cases
 from support.wgmma_launches import record_launches, two_experts
 
@@ -269,6 +269,8 @@ COMPILE_CASES = [
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=True),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False),
+    dict(BLOCK_M=8, BLOCK_K=256, STAGES=6, FMT=4, SPLIT=2, HAS_BIAS=False),  # mxint8
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=4, SPLIT=2, HAS_BIAS=True),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=False, GROUPED=True),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=2, HAS_BIAS=True),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=3, HAS_BIAS=False, GROUPED=True)]
@@ -295,7 +297,7 @@ def test_the_ws_kernel_compiles_for_sm90(index: int, compiled_cases: list) -> No
     assert found[r"cp\.async\.bulk\.tensor"] == c["BLOCK_K"] // 64 + weight_copies
     assert found[r"cp\.async\.cg"] == 0
     tw = 8 * c["BLOCK_K"]
-    tb = {0: 0, 1: tw // 2, 2: tw // 2, 3: tw}[c["FMT"]]
+    tb = {0: 0, 1: tw // 2, 2: tw // 2, 3: tw, 4: tw}[c["FMT"]]
     weight_bytes = (4 * (tw + tb) + 2 * c["BLOCK_K"]) * (2 if wide else 1)
     assert found["expect"] == [c["BLOCK_M"] * c["BLOCK_K"] * 2 + weight_bytes]
     assert found["shared"] <= SM90_SHARED
@@ -314,12 +316,16 @@ def weight(fmt: str, n: int, k: int, gen: torch.Generator):
         return fp4_weight(n, k, gen)
     if fmt == "mxfp8_e4m3":
         return e4m3_weight(n, k, gen)
+    if fmt == "mxint8":
+        return int8_weight(n, k, gen)
     return fp6_weight(fmt, n, k, "packed", gen)
 
 
 @gpu
-@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3"))
-@pytest.mark.parametrize("n,k", ((200, 1024), (72, 2880)))
+@pytest.mark.parametrize("fmt,n,k", [(f, n, k) for f in ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2",
+                                                         "mxfp8_e4m3")
+                                     for n, k in ((200, 1024), (72, 2880))] +
+                         [("mxint8", 72, 2880)])
 def test_warp_specialized_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> None:
     """Close to reference-emulation and to the one-partition kernel of the same tile (the two
     consumers' sums are added once: another fp32 order), bit for bit the same on a repeat;
@@ -328,6 +334,7 @@ def test_warp_specialized_matches_the_reference(n: int, k: int, fmt: str, monkey
     (Odd stages are refused: a slot shared by both consumers let one pass a parity wait a
     phase early: an unspecified launch failure on the H200, 2026-12-03.)"""
     monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(lw, "INT8_VERIFIED", True)
     gen = torch.Generator().manual_seed(n + k + len(fmt))
     prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
                               SchemeContract(weight=key(fmt), activation=None))

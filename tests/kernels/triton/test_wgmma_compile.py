@@ -1,6 +1,6 @@
 """The one-partition wgmma kernel (kernels/triton/linear_wgmma.py) compiled for sm_90a on the CPU
 (CI: this triton's Gluon and ptxas, no GPU needed), in one fresh process: every format, MoE, K
-tails, tile sizes, split-K and gated part (two warpgroups, the fused activation QDQ, K halves,
+tails, tile sizes, split-K and gated part (mxint8 weights too) (two warpgroups, the fused activation QDQ, K halves,
 rep 2, x by TMA) compiles with no decoded weight value through shared memory.
 """
 from __future__ import annotations
@@ -28,6 +28,11 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=3),
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, FMT=3, K_TAIL=True, WARPS=8),
     dict(BLOCK_M=16, BLOCK_K=128, SPLIT=2, STAGES=4, FMT=3, GROUPED=True, HAS_BIAS=False),
+    # mxint8 weights (FMT 4, gated): fp8's words, its own decode; K tails, two warpgroups,
+    # halves, rep 2, x by TMA
+    dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=4),
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, FMT=4, K_TAIL=True, WARPS=8),
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=2, FMT=4, SUB_K=2, REP=2, X_TMA=True),
     # K tiles in halves (sub_k 2, gated): every format, one and two warpgroups, grouped
     dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=2, SUB_K=2),
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=1, SUB_K=2, K_TAIL=True),

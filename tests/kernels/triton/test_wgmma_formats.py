@@ -1,6 +1,6 @@
 """The one-partition wgmma kernel (kernels/triton/linear_wgmma.py) past mxfp4 and one
 warpgroup, on an sm_90 GPU, against reference-emulation and bit for bit against the kernel
-without the part under test: mxfp6 and mxfp8 e4m3 weights, two warpgroups, K tiles in halves
+without the part under test: mxfp6, mxfp8 e4m3 and mxint8 weights, two warpgroups, K tiles in halves
 (and rep 2, a register cap), the activation QDQ fused into the kernel, and the x tile by TMA;
 every code and scale byte, N and K tails, split-K, bias, NaN / Inf activations. Each test is
 what switches its gate on (linear_wgmma's `*_VERIFIED`, `wgmma_tiles.ACT_VERIFIED`).
@@ -16,7 +16,7 @@ from kernels.triton import linear_wgmma as lw
 from kernels.triton import wgmma_tiles
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16, special_rows
-from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight
+from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight, int8_weight
 from support.wgmma_cases import KERNEL, gpu, key, tile_for
 
 
@@ -161,22 +161,26 @@ def test_fused_activation_qdq_is_the_dispatchers(n: int, k: int, act: str,
 
 
 @gpu
+@pytest.mark.parametrize("fmt", ("mxfp8_e4m3", "mxint8"))
 @pytest.mark.parametrize("n,k", ((200, 1024), (72, 2880)))
-def test_fp8_weights_match_the_reference(n: int, k: int,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """mxfp8 e4m3 weights through the wgmma kernel (fp8_words' layout): every code and scale
-    byte, N and K tails, M 1..128, split-K, one and two warpgroups, bias, NaN / Inf
-    activations, W8A16 and W8A8 (the QDQ launched and fused). (Run with mxfp8 switched on: this
-    test is what switches it on, `FP8_VERIFIED`.)"""
+def test_8bit_weights_match_the_reference(n: int, k: int, fmt: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """mxfp8 e4m3 / mxint8 weights through the wgmma kernel (fp8_words' / int8_words' layout):
+    every code and scale byte, N and K tails, M 1..128, split-K, one and two warpgroups, bias,
+    NaN / Inf activations, W8A16 and W8A8 (the QDQ launched and fused). (Run with the format
+    switched on: this test is what switches it on, `FP8_VERIFIED` / `INT8_VERIFIED`.)"""
     monkeypatch.setattr(lw, "FP8_VERIFIED", True)
+    monkeypatch.setattr(lw, "INT8_VERIFIED", True)
     monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))
     monkeypatch.setattr(wgmma_tiles, "ACT_VERIFIED", True)
-    gen = torch.Generator().manual_seed(n + k)
-    w = fp8_weight(n, k, gen).to("cuda")
+    gen = torch.Generator().manual_seed(n + k + len(fmt))
+    w = (fp8_weight if fmt == "mxfp8_e4m3" else int8_weight)(n, k, gen).to("cuda")
     bias = torch.randn(n, generator=gen).cuda()
-    for akey in (None, key("mxfp8_e4m3", static=False)):
-        prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp8_e4m3"),
-                                                    activation=akey))
+    for akey in (None, key(fmt, static=False)):
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=akey))
+        cached = le.prepare_tensors(prepared)
+        assert lw.wgmma_plan(cached, n, k, 16, False, lw.WgmmaConfig(
+            block_m=16, block_k=128, split=1, stages=2)) is not None  # (the layout holds it)
         for m, split, warps in ((1, 2, 4), (16, 1, 4), (40, 4, 4), (128, 2, 8), (64, 1, 8)):
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
             if m > 1:

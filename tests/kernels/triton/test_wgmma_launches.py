@@ -19,7 +19,7 @@ from kernels.triton import linear_wgmma as lw
 from kernels.triton import wgmma_tiles
 from kernels.triton.linear_emulation import fused_linear
 from kernels.triton.wgmma_tiles import act_facts
-from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight
+from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight, int8_weight
 from support.wgmma_cases import FP4, KERNEL, key, tile_for
 from support.wgmma_launches import record_launches, two_experts
 
@@ -28,11 +28,16 @@ def test_unavailable_says_why() -> None:
     cfg = lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4)
     bf = torch.bfloat16
     cpu = torch.device("cpu")
-    assert lw.unavailable(cpu, dict(FP4, W_BITS=8, W_PACK=0, W_IS_INT=True), 512, bf, bf,
-                          cfg) == "packed mxfp4, mxfp6 or mxfp8 e4m3 weights only"
     e4m3 = dict(W_BITS=8, W_PACK=0, W_MBITS=3, W_IS_INT=False, W_SAT=False)
+    assert lw.unavailable(cpu, dict(e4m3, W_MBITS=2), 512, bf, bf,
+                          cfg) == "packed mxfp4, mxfp6, mxfp8 e4m3 or mxint8 weights only"
     assert lw.weight_format(e4m3) == "mxfp8_e4m3"
     assert lw.weight_format(dict(e4m3, W_MBITS=2)) is None  # e5m2: not laid out for wgmma
+    int8 = dict(W_BITS=8, W_PACK=0, W_MBITS=6, W_IS_INT=True, W_SAT=False)
+    assert lw.weight_format(int8) == "mxint8"
+    assert lw.unavailable(cpu, int8, 512, bf, bf, cfg) == (
+        "needs an NVIDIA GPU" if lw.INT8_VERIFIED else
+        "mxint8 weights: written, not yet verified on a GPU")
     assert lw.unavailable(cpu, e4m3, 512, bf, bf, cfg) == (
         "needs an NVIDIA GPU" if lw.FP8_VERIFIED else
         "mxfp8_e4m3 weights: written, not yet verified on a GPU")
@@ -78,7 +83,7 @@ def test_act_facts_are_the_qdq_kernels_constants() -> None:
     assert act_facts(key("mxfp4", static=True)) == ()  # not a dynamic key
 
 
-@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"))
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8"))
 def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.MonkeyPatch
                                                  ) -> None:
     """The host path (plan, layout, workspace, launch arguments) of the dense and MoE calls,
@@ -103,7 +108,7 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
     monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))  # the gates: what runs is not tested here
     gen = torch.Generator().manual_seed(len(fmt))
     n, k = 200, 1024
-    w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
+    w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight, "mxint8": int8_weight}.get(
         fmt, lambda n_, k_, g: fp6_weight(fmt, n_, k_, "packed", g))(n, k, gen)
     for akey in (None, key(fmt, static=False)):
         prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=akey))
@@ -117,7 +122,7 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
             assert (args["BLOCK_M"], args["WARPS"], args["FMT"]) == (
                 cfg.block_m, warps, lw.FORMATS.index(fmt))
             assert bool(args["ACT"]) == (akey is not None and fuse) and not args["GROUPED"]
-    if fmt == "mxfp8_e4m3":
+    if fmt in ("mxfp8_e4m3", "mxint8"):
         return  # MoE experts: mxfp4 / mxfp6
     ex = MXTensor(w.data.reshape(2, n // 2, -1), w.scales.reshape(2, n // 2, -1), fmt, "even",
                   torch.Size((2, n // 2, k)), w.layout)

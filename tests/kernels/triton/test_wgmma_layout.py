@@ -19,7 +19,7 @@ from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
 from kernels.triton import wgmma_tiles
 from kernels.triton.linear_emulation import fused_linear
-from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight
+from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight, int8_weight
 from support.wgmma_cases import KERNEL, key, same_values
 from support.wgmma_launches import record_launches
 
@@ -209,6 +209,29 @@ def test_a_prepared_fp8_weight_gets_the_layout_its_decoder_reads() -> None:
     bad.data[5, 9] = 0x7F
     assert lw.one_layout(prepare_tensors(KERNEL.prepare(bad, contract)), "mxfp8_e4m3",
                          320) is None
+
+
+def test_a_prepared_int8_weight_gets_the_layout_its_decoder_reads() -> None:
+    """The host path on a prepared mxint8 weight (constexprs -> format, `int8_fits` kept, the
+    one layout built once, decoded through the PTX's twin to the reference); a weight with a
+    scale past 1.0 (byte 128) or a code -128 gets no layout (the table moves on)."""
+    from kernels.triton.int8_words import wgmma_decode_int8
+    from kernels.triton.linear_tiles import prepare_tensors
+
+    w = int8_weight(70, 320, torch.Generator().manual_seed(9))
+    contract = SchemeContract(weight=key("mxint8"), activation=None)
+    cached = prepare_tensors(KERNEL.prepare(w, contract))
+    assert lw.weight_format(cached["consts"]) == "mxint8"
+    want = mx_dequantize(w, torch.float32, backend="reference")
+    words, sbytes, bwords = lw.one_layout(cached, "mxint8", 320)
+    assert lw.one_layout(cached, "mxint8", 320)[0] is words
+    got = wgmma_decode_int8(words, bwords, sbytes, 128, 512, 128)  # (padded: fw.ALIGN)
+    assert same_values(got[:70, :320], want) and not got[:70, 320:].any()
+    for at, value in (("scales", 128), ("data", 0x80)):
+        bad = MXTensor(w.data.clone(), w.scales.clone(), w.fmt, w.rounding, w.shape, w.layout)
+        getattr(bad, at)[5, 9] = value
+        assert lw.one_layout(prepare_tensors(KERNEL.prepare(bad, contract)), "mxint8",
+                             320) is None, at
 
 
 def test_one_copy_of_the_weight_serves_every_config(monkeypatch: pytest.MonkeyPatch) -> None:

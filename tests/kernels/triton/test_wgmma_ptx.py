@@ -1,8 +1,9 @@
 """The wgmma decoders' PTX itself, run on the CPU: a small interpreter of the instructions they
 use (and / or / shl / shr / shf.r.wrap / add / mov / mul.rn.bf16x2) replays each inline-asm
 string on random words and must give the bf16x2 patterns of its torch twin (fp4_words.
-wgmma_pairs, fp6_words.fp6_pairs, fp8_words.fp8_pairs), which CPU CI checks against the
-reference dequantization (test_fp6_words, test_fp8_words, test_wgmma_layout). So a PTX edit
+wgmma_pairs, fp6_words.fp6_pairs, fp8_words.fp8_pairs, int8_words.int8_pairs), which CPU CI
+checks against the reference dequantization (test_fp6_words, test_fp8_words, test_int8_words,
+test_wgmma_layout). So a PTX edit
 that drifts from its twin fails here, not only on an H200."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from kernels.triton import fp4_words as fw
 from kernels.triton import fp6_words as f6
 from kernels.triton import fp8_words as f8
+from kernels.triton import int8_words as i8
 from kernels.triton import wgmma_decode as wd
 
 from support.ptx_model import MASK, run_ptx
@@ -51,6 +53,14 @@ def test_fp8_ptx_is_its_twin() -> None:
     twin = [p.tolist() for p in f8.fp8_pairs(a, b)]
     for i, (wa, wb) in enumerate(zip(a.tolist(), b.tolist())):
         out = run_ptx(wd._DECODE_E4M3.value, {"$8": wa & MASK, "$9": wb & MASK, "$10": 0})
+        assert patterns(out) == [twin[p][i] for p in range(4)], i
+
+
+def test_int8_ptx_is_its_twin() -> None:
+    a, b = random_words(200, 7), random_words(200, 8)
+    twin = [p.tolist() for p in i8.int8_pairs(a, b)]
+    for i, (wa, wb) in enumerate(zip(a.tolist(), b.tolist())):
+        out = run_ptx(wd._DECODE_INT8.value, {"$8": wa & MASK, "$9": wb & MASK, "$10": 0})
         assert patterns(out) == [twin[p][i] for p in range(4)], i
 
 
