@@ -209,8 +209,9 @@ def _fp8_static_qdq(prepared: PreparedWeight, dtype: torch.dtype) -> Callable:
     plans = cached.setdefault("fp8_qdq", {})
     plan = plans.get(dtype)
     if plan is None:
-        plan = plans[dtype] = qdq_plan.Fp8StaticQdq(cached["act_scale"], cached["consts"], dtype,
-                                                    cached["k"])
+        plan = plans[dtype] = qdq_plan.Fp8StaticQdq(
+            cached["act_scale"], cached["consts"], dtype, cached["k"],
+            keep_launches=qdq_plan.FP8_STATIC_BOUND_VERIFIED)
     return plan
 
 

@@ -79,14 +79,14 @@ def weight_tile(data_ptr, scale_ptr, stride_d, stride_s, N, K, pid_n, kk,
 
 
 @triton.jit
-def fp8_static_qdq_kernel(x_ptr, s_ptr, out_ptr, R, K, stride_x, stride_o,
+def fp8_static_qdq_kernel(x_ptr, out_ptr, R, K, stride_x, stride_o, s_ptr,
                           IN_KIND: tl.constexpr, A_MBITS: tl.constexpr, A_BIAS: tl.constexpr,
                           A_MAX_NORMAL: tl.constexpr, A_IS_INT: tl.constexpr,
                           HW_CAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """The static per-tensor fp8 activation QDQ of x [R, K] into out (x's dtype) with the scale
     read on the device (s_ptr: fp32 [1]), by `act_tile`'s own steps: for kernels that take x
     QDQ'd first (wgmma, dequant-gemm), one pass and no host copy of the scale (CUDA graphs
-    capture it)."""
+    capture it). Arguments as mx_quant's _qdq_kernel's up to stride_o (qdq_plan launches both)."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     x = act_tile(x_ptr, stride_x, s_ptr, R, K, pid_r, pid_k, IN_KIND, 2, A_MBITS, A_BIAS, 0,

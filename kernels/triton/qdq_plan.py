@@ -54,17 +54,29 @@ class QdqPlan:
         self._launches: dict[int, tuple] = {}  # BLOCK_R -> (tile, tail, key)
         self.fast: Optional[dict] = {} if keep_launches and not mx_quant._INTERPRETED else None
 
+    _FIRST_TAIL = "IN_KIND"  # the kernel's first argument past (x, out, R, K, stride_x / _o)
+
+    @staticmethod
+    def kernel():
+        """The QDQ kernel this plan launches (its arguments: x, out, R, K, stride_x, stride_o,
+        then the plan's tail)."""
+        return mx_quant._qdq_kernel
+
+    def _key_of(self, tail: tuple) -> tuple:
+        """The part of the launch key the tail decides (its values: all constexprs)."""
+        return tail
+
     def launch_consts(self, r: int) -> tuple[dict, tuple, int]:
-        """(tile, the kernel's constexpr arguments, launch key) for r rows: the general tile, or
-        SMALL_ROWS_TILE for a few rows where that gate is on."""
+        """(tile, the kernel's arguments past the first six, launch key) for r rows: the general
+        tile, or SMALL_ROWS_TILE for a few rows where that gate is on."""
         tile = SMALL_ROWS_TILE if SMALL_ROWS_VERIFIED and r <= SMALL_ROWS else self.tile
         got = self._launches.get(tile["BLOCK_R"])
         if got is None:
-            names = mx_quant._qdq_kernel.arg_names
+            names = self.kernel().arg_names
             consts = dict(self.consts, **tile)
-            tail = tuple(consts[name] for name in names[names.index("IN_KIND"):])
+            tail = tuple(consts[name] for name in names[names.index(self._FIRST_TAIL):])
             got = self._launches[tile["BLOCK_R"]] = (
-                tile, tail, launcher.intern((tail, self.k, self.k % 16 == 0)))
+                tile, tail, launcher.intern((self._key_of(tail), self.k, self.k % 16 == 0)))
         return got
 
     def __call__(self, x2d: torch.Tensor) -> torch.Tensor:
@@ -103,7 +115,7 @@ class QdqPlan:
         grid = (-(-r // tile["BLOCK_R"]), -(-k // tile["BLOCK_K"]))
         xb, ob = bits_view(x2d), bits_view(out)
         args = (xb, ob, r, k, sx, k) + tail
-        compiled = launcher.launch(mx_quant._qdq_kernel,
+        compiled = launcher.launch(self.kernel(),
                                    (key, launcher.aligned(xb), r == 1, r % 16 == 0, sx == 1,
                                     sx % 16 == 0), grid, args, num_warps=mx_quant.GPU_WARPS,
                                    num_stages=3)
@@ -121,34 +133,44 @@ class QdqPlan:
 
 
 
-class Fp8StaticQdq:
-    """The static per-tensor fp8 QDQ of a layer's rows (`mx_tiles.fp8_static_qdq_kernel`), the
-    scale already on the weight's device (linear_tiles.prepare_tensors): one launch a call, no
-    host copy of the scale and no sync, so a CUDA graph captures it (the dispatcher's torch
-    cast copied a CPU scale in each call: capture failed, H200 2026-12-05, benchmarks part 24)."""
+class Fp8StaticQdq(QdqPlan):
+    """The static per-tensor fp8 QDQ of a layer's rows (`mx_tiles.fp8_static_qdq_kernel`) as a
+    QdqPlan: the scale already on the weight's device (linear_tiles.prepare_tensors) is a fixed
+    argument, so a call is one launch with no host copy of the scale and no sync, and a CUDA
+    graph captures it (the dispatcher's torch cast copied a CPU scale in each call: capture
+    failed, H200 2026-12-05, benchmarks part 24). With `keep_launches` (FP8_STATIC_BOUND_VERIFIED
+    for a layer's) later calls go through a Bound and the stream's scratch rows, and the eager
+    path serves the layer (eager_path), as for the MX keys: on an H100 at M = 1 the layer's host
+    time was 84 us a call without them, 27 us for W4A16 through the eager path (part 25)."""
 
-    def __init__(self, scale: torch.Tensor, consts: dict, dtype: torch.dtype, k: int):
-        self.scale, self.k = scale, k
+    _FIRST_TAIL = "s_ptr"
+
+    def __init__(self, scale: torch.Tensor, consts: dict, dtype: torch.dtype, k: int,
+                 keep_launches: bool = False):
         self.tile = mx_quant._tile("qdq", 0)
-        names = mx_tiles.fp8_static_qdq_kernel.arg_names
-        facts = dict(IN_KIND=KIND_OF_DTYPE[dtype], HW_CAST=not mx_quant._INTERPRETED,
-                     **{n: consts[n] for n in ("A_MBITS", "A_BIAS", "A_MAX_NORMAL", "A_IS_INT")})
-        self.tail = tuple(facts[n] for n in names[names.index("IN_KIND"):names.index("BLOCK_R")])
+        self.consts = dict(s_ptr=scale, IN_KIND=KIND_OF_DTYPE[dtype],
+                           HW_CAST=not mx_quant._INTERPRETED,
+                           **{n: consts[n] for n in ("A_MBITS", "A_BIAS", "A_MAX_NORMAL",
+                                                     "A_IS_INT")})
+        self.scale, self.k = scale, k
+        self._launches: dict[int, tuple] = {}
+        self.fast: Optional[dict] = {} if keep_launches and not mx_quant._INTERPRETED else None
 
-    def __call__(self, x2d: torch.Tensor) -> torch.Tensor:
-        """x2d [R, K] (unit stride along K, the plan's dtype) -> its QDQ, a new tensor."""
-        r, k = x2d.shape
-        out = torch.empty((r, k), dtype=x2d.dtype, device=x2d.device)
-        if not (r and k):
-            return out
-        tile = SMALL_ROWS_TILE if r <= SMALL_ROWS and SMALL_ROWS_VERIFIED else self.tile
-        xb, ob = bits_view(x2d), bits_view(out)
-        args = (xb, self.scale, ob, r, k, x2d.stride(0), k) + self.tail + \
-            (tile["BLOCK_R"], tile["BLOCK_K"])
-        launcher.launch_auto(mx_tiles.fp8_static_qdq_kernel,
-                             (-(-r // tile["BLOCK_R"]), -(-k // tile["BLOCK_K"])), args,
-                             num_warps=mx_quant.GPU_WARPS)
-        return out
+    @staticmethod
+    def kernel():
+        return mx_tiles.fp8_static_qdq_kernel
+
+    def _key_of(self, tail: tuple) -> tuple:
+        """The scale (tail[0]) by its alignment (a fresh 4-byte tensor: 16-byte aligned), not
+        by identity: one specialization serves every layer."""
+        return (launcher.aligned(tail[0]),) + tail[1:]
+
+
+# The eager path's Bound launches of Fp8StaticQdq (written 2026-12-05 without a GPU; the same
+# Bound / scratch code as the MX keys' QdqPlan, another kernel): on once its GPU test
+# (test_linear_wgmma's Bound test, the static fp8 case) passes in a whole-suite run.
+FP8_STATIC_BOUND_VERIFIED = False
+
 
 # A stream's scratch rows, a host thread's own: (flat buffer, {(rows, K, dtype): its [rows, K]
 # view}). Kernels of one stream run in order, so a buffer that one kernel writes and the next

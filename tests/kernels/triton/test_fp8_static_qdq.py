@@ -68,9 +68,10 @@ def test_bits_are_the_dispatchers(dtype: torch.dtype, r: int, k: int) -> None:
 def test_a_few_rows_take_the_small_rows_tile_where_it_is_on(monkeypatch) -> None:
     """The tile a call launches: one row a program up to SMALL_ROWS rows (gate on)."""
     seen = []
-    real = qdq_plan.launcher.launch_auto
-    monkeypatch.setattr(qdq_plan.launcher, "launch_auto",
-                        lambda fn, grid, args, **kw: (seen.append(grid), real(fn, grid, args, **kw)))
+    real = qdq_plan.launcher.launch
+    monkeypatch.setattr(qdq_plan.launcher, "launch",
+                        lambda fn, key, grid, args, **kw: (seen.append(grid),
+                                                           real(fn, key, grid, args, **kw))[1])
     monkeypatch.setattr(qdq_plan, "SMALL_ROWS_VERIFIED", True)
     plan = plan_for(0.5, torch.bfloat16, 512)
     for r in (1, qdq_plan.SMALL_ROWS, qdq_plan.SMALL_ROWS + 1):
@@ -78,6 +79,50 @@ def test_a_few_rows_take_the_small_rows_tile_where_it_is_on(monkeypatch) -> None
     assert seen[0] == (1, 2) and seen[1] == (qdq_plan.SMALL_ROWS, 2)
     assert seen[2] == (-(-(qdq_plan.SMALL_ROWS + 1) // plan.tile["BLOCK_R"]),
                        -(-512 // plan.tile["BLOCK_K"]))
+
+
+def test_a_kept_plan_launches_later_calls_with_the_first_calls_arguments(monkeypatch) -> None:
+    """keep_launches (a layer's, FP8_STATIC_BOUND_VERIFIED): a call with rows and row stride
+    seen before on the stream goes through a `launcher.Bound` passing what the general path
+    passes (the scale a fixed pointer), this call's x and out in place of the first's; the
+    launch key names the scale by its alignment, so two layers' plans share one
+    specialization. Launches recorded, not made."""
+    from kernels.triton import launcher, mx_quant
+
+    general: list = []
+    bound: list = []
+
+    class Compiled:
+        function, packed_metadata = 3, ("meta",)
+
+        @staticmethod
+        def run(*a):
+            bound.append(a[9:])
+
+    def record(fn, key, grid, args, **kw):
+        assert fn is qdq_plan.mx_tiles.fp8_static_qdq_kernel and len(args) == len(fn.arg_names)
+        general.append((key, args))
+        return Compiled
+
+    monkeypatch.setattr(mx_quant, "_INTERPRETED", False)
+    monkeypatch.setattr(launcher, "launch", record)
+    monkeypatch.setattr(launcher, "current_stream", lambda device: 2)
+    consts = prepare_tensors(prepare_fp8_layer(0.5, 256))["consts"]
+    scale = torch.tensor([0.5])
+    plan = qdq_plan.Fp8StaticQdq(scale, consts, torch.bfloat16, 256, keep_launches=True)
+    plan(torch.zeros(5, 256, dtype=torch.bfloat16))
+    key, first = general[-1]
+    names = qdq_plan.mx_tiles.fp8_static_qdq_kernel.arg_names
+    assert dict(zip(names, first))["s_ptr"] is scale
+    x = torch.ones(5, 256, dtype=torch.bfloat16)
+    out = plan(x)
+    assert len(general) == 1
+    assert bound[-1] == (x.data_ptr(), out.data_ptr(), 5, 256, 256, 256, scale.data_ptr()) + \
+        tuple(first[7:])
+    other = qdq_plan.Fp8StaticQdq(torch.tensor([2.0]), consts, torch.bfloat16, 256)
+    assert other.fast is None  # not kept
+    other(torch.zeros(5, 256, dtype=torch.bfloat16))
+    assert general[-1][0] == key  # another layer's scale: the same specialization
 
 
 def test_a_layer_reads_its_scale_on_the_device_once(monkeypatch) -> None:

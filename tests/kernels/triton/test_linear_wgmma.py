@@ -104,14 +104,21 @@ def test_wgmma_replays_in_a_cuda_graph() -> None:
 
 
 @gpu
+@pytest.mark.parametrize("kept", (False, True))
 @pytest.mark.parametrize("m", (1, 40, 300))
-def test_a_static_fp8_activation_layer_replays_in_a_cuda_graph(m: int) -> None:
+def test_a_static_fp8_activation_layer_replays_in_a_cuda_graph(m: int, kept: bool,
+                                                               monkeypatch) -> None:
     """W4A8 with a static per-tensor fp8 scale (the *_a_fp8 schemes): its QDQ reads the scale
     on the device (qdq_plan.Fp8StaticQdq), so a CUDA graph captures the layer (it failed on a
-    host copy of the scale, H200 2026-12-05); the replay gives the eager call's bits and the
-    reference's values (the wgmma rows at M = 1 / 40, dequant-gemm past the table)."""
+    host copy of the scale, H200 2026-12-05); the replay and later calls (kept: through the
+    QDQ's Bound, the stream's scratch rows and the eager path, 2-D and 3-D x, on the default and
+    a side stream) give the first call's bits and the reference's values (the wgmma rows at
+    M = 1 / 40, dequant-gemm past the table). (Run kept: this test is what switches it on,
+    `qdq_plan.FP8_STATIC_BOUND_VERIFIED`.)"""
     from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY
+    from kernels.triton import qdq_plan
 
+    monkeypatch.setattr(qdq_plan, "FP8_STATIC_BOUND_VERIFIED", kept)
     gen = torch.Generator().manual_seed(40 + m)
     w = fp4_weight(256, 1024, gen).to("cuda")
     prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"),
@@ -120,6 +127,18 @@ def test_a_static_fp8_activation_layer_replays_in_a_cuda_graph(m: int) -> None:
     x[0, :4] = torch.tensor([float("nan"), float("inf"), 1e4, 0.0])
     eager = fused_linear(x, prepared)
     assert close(eager, reference_bf16(x, prepared))
+    side = torch.cuda.Stream()
+    for stream in (torch.cuda.current_stream(), side, side):
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            again = [fused_linear(x, prepared) for _ in range(3)]
+            again.append(fused_linear(x.view(1, m, 1024), prepared).view(m, -1))
+        stream.synchronize()
+        assert all(same_values(a, eager) for a in again)
+    cached = prepared.cache[le._CACHE_KEY]
+    qdq = cached["fp8_qdq"][torch.bfloat16]
+    assert bool(qdq.fast) == kept  # (kept: a Bound a (stream, rows, row stride))
+    assert bool(cached.get("hot")) == (m <= 128)  # the eager path: wgmma plans only
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = fused_linear(x, prepared)
