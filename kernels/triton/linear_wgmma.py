@@ -251,10 +251,9 @@ K_TAIL_VERIFIED = True
 FP6_VERIFIED = True
 # mxfp8 e4m3 weights (fp8_words' layout) (H200, 19d2a90, 2026-12-02).
 FP8_VERIFIED = True
-# mxint8 weights (int8_words' layout: sign-magnitude codes as bf16 subnormals), written
-# 2026-12-05 without a GPU (the PTX against its twin, the twin against the reference, the
-# kernels compiled for sm_90a: CPU CI); on in the tree whose whole-suite H200 run checks its
-# GPU tests (test_wgmma_formats' 8-bit test, the ws test): docs/verification.md, 2026-12-05.
+# mxint8 weights (int8_words' layout: sign-magnitude codes as bf16 subnormals) (H100, 365b4b8,
+# 2026-12-05 15:50 UTC: the whole suite with it on, test_wgmma_formats' 8-bit test and the ws
+# test among the 4091 passed; docs/verification.md).
 INT8_VERIFIED = True
 # Warps a program: 4 is one warpgroup (64 weight rows); 8, two sharing one x tile (half the x
 # re-reads: most of a program's copies at M >= 64) (H200, 19d2a90).
