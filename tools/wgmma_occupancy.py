@@ -83,7 +83,7 @@ def compile_config(cfg, fmt_index: int, grouped: bool) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--format", default="mxfp4",
-                   help="weight format: mxfp4, mxfp6_e2m3, mxfp6_e3m2 or mxfp8_e4m3")
+                   help="weight format: mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3 or mxint8")
     p.add_argument("--grouped", action="store_true", help="the MoE experts' kernel (GROUPED)")
     p.add_argument("--wgmma", default="", help="configs (tune_linear's specs), comma-separated; "
                    "default: the table's wgmma rows of the format's family")
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from tune_linear import forced_spec, wgmma_name
     if args.format not in FORMATS:
         p.error(f"--format {args.format!r}: one of {', '.join(FORMATS)}")
-    family = {"mxfp4": "fp4", "mxfp8_e4m3": "fp8"}.get(args.format, "other")
+    family = {"mxfp4": "fp4", "mxfp8_e4m3": "fp8", "mxint8": "fp8"}.get(args.format, "other")
     try:
         rows = [(spec, forced_spec(spec)) for spec in args.wgmma.split(",") if spec]
     except ValueError as e:
