@@ -43,23 +43,33 @@ def fp8_fits(codes: Tensor, scales: Tensor) -> bool:
     return bool(ok and not ((codes & 0x7F) == 0x7F).any())
 
 
+def two_word_layout(codes: Tensor, scales: Tensor, scale_bias: int, bit_places: tuple,
+                    block_k: int, warps: int, align: tuple[int, int], who: str
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+    """An 8-bit format's codes [N, K] (int64, as the words hold them) + E8M0 bytes [N, K/32] ->
+    (A words: codes 0..3 of a thread's 8, B words: codes 4..7, prepared scale bytes: E +
+    scale_bias, NaN blocks 0xFF with their codes zeroed), tile by tile as fp4_words.wgmma_layout
+    (N and K padded with +0; `align`: as there); code j of a word at bit_places[j]."""
+    n, k = codes.shape
+    if block_k % 128 or k % 32:
+        raise ValueError(f"{who}: K={k} must hold whole 32-element blocks and the K "
+                         f"tile {block_k} be a multiple of 128")
+    nan = scales == 255
+    codes = codes.masked_fill(nan.repeat_interleave(32, dim=1), 0)
+    sbytes = torch.where(nan, scales, scales + scale_bias)
+    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps, align)
+    c = wgmma_order(codes, block_k, warps)  # (word, code j)
+    return (place_bits(c[:, :4], bit_places), place_bits(c[:, 4:], bit_places),
+            wgmma_scales(sbytes, block_k, warps))
+
+
 def wgmma_layout_fp8(codes: Tensor, scales: Tensor, block_k: int,
                      warps: int = WGMMA_WARPS, align: tuple[int, int] = (1, 1)
                      ) -> tuple[Tensor, Tensor, Tensor]:
-    """e4m3 codes [N, K] (uint8) + E8M0 bytes [N, K/32] -> (A words: codes 0..3 of a thread's
-    8, B words: codes 4..7, prepared scale bytes), tile by tile as fp4_words.wgmma_layout (N and
-    K padded with +0; `align`: as there). Needs K % 32 == 0, block_k % 128 == 0 and `fp8_fits`."""
-    n, k = codes.shape
-    if block_k % 128 or k % 32:
-        raise ValueError(f"wgmma_layout_fp8: K={k} must hold whole 32-element blocks and the K "
-                         f"tile {block_k} be a multiple of 128")
-    nan = scales == 255
-    codes = codes.to(torch.int64).masked_fill(nan.repeat_interleave(32, dim=1), 0)
-    sbytes = torch.where(nan, scales, scales + SCALE_BIAS)
-    codes, sbytes = wgmma_pad(codes, sbytes, block_k, warps, align)
-    c = wgmma_order(codes, block_k, warps)  # (word, code j)
-    return (place_bits(c[:, :4], WGMMA_BITS_E4M3), place_bits(c[:, 4:], WGMMA_BITS_E4M3),
-            wgmma_scales(sbytes, block_k, warps))
+    """e4m3 codes [N, K] (uint8) + E8M0 bytes [N, K/32] -> (A words, B words, prepared scale
+    bytes) (`two_word_layout`). Needs K % 32 == 0, block_k % 128 == 0 and `fp8_fits`."""
+    return two_word_layout(codes.to(torch.int64), scales, SCALE_BIAS, WGMMA_BITS_E4M3, block_k,
+                           warps, align, "wgmma_layout_fp8")
 
 
 def fp8_pairs(a_words: Tensor, b_words: Tensor) -> tuple[Tensor, ...]:
@@ -79,4 +89,4 @@ def wgmma_decode_fp8(a_words: Tensor, b_words: Tensor, sbytes: Tensor, n: int, k
 
 
 __all__ = ["EXP_SIGN", "FULL", "MANT", "SCALE_BIAS", "WGMMA_BITS_E4M3", "fp8_fits", "fp8_pairs",
-           "wgmma_decode_fp8", "wgmma_layout_fp8"]
+           "two_word_layout", "wgmma_decode_fp8", "wgmma_layout_fp8"]

@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.triton.fp4_words import (WGMMA_WARPS, _rotr, place_bits, wgmma_order, wgmma_pad,
-                                      wgmma_scaled, wgmma_scales)
+from kernels.triton.fp4_words import WGMMA_WARPS, _rotr, wgmma_scaled
+from kernels.triton.fp8_words import two_word_layout
 
 SCALE_BIAS = 127  # stored scale byte: E + 127, the bf16 exponent of 2**(E - 127 + 127)
 MASK = 0x807F807F  # a bf16x2 of two sign-magnitude codes: sign at 15 / 31, magnitude 6..0 / 22..16
@@ -52,21 +52,11 @@ def sign_magnitude(codes: Tensor) -> Tensor:
 def wgmma_layout_int8(codes: Tensor, scales: Tensor, block_k: int,
                       warps: int = WGMMA_WARPS, align: tuple[int, int] = (1, 1)
                       ) -> tuple[Tensor, Tensor, Tensor]:
-    """mxint8 codes [N, K] (uint8 bytes, two's complement) + E8M0 bytes [N, K/32] -> (A words:
-    codes 0..3 of a thread's 8, B words: codes 4..7, prepared scale bytes), tile by tile as
-    fp8_words.wgmma_layout_fp8 (N and K padded with +0; `align`: as there). Needs K % 32 == 0,
-    block_k % 128 == 0 and `int8_fits`."""
-    n, k = codes.shape
-    if block_k % 128 or k % 32:
-        raise ValueError(f"wgmma_layout_int8: K={k} must hold whole 32-element blocks and the K "
-                         f"tile {block_k} be a multiple of 128")
-    nan = scales == 255
-    sm = sign_magnitude(codes).masked_fill(nan.repeat_interleave(32, dim=1), 0)
-    sbytes = torch.where(nan, scales, scales + SCALE_BIAS)
-    sm, sbytes = wgmma_pad(sm, sbytes, block_k, warps, align)
-    c = wgmma_order(sm, block_k, warps)  # (word, code j)
-    return (place_bits(c[:, :4], WGMMA_BITS_INT8), place_bits(c[:, 4:], WGMMA_BITS_INT8),
-            wgmma_scales(sbytes, block_k, warps))
+    """mxint8 codes [N, K] (uint8 bytes, two's complement) + E8M0 bytes [N, K/32] -> (A words,
+    B words, prepared scale bytes) in sign-magnitude (fp8_words.two_word_layout). Needs
+    K % 32 == 0, block_k % 128 == 0 and `int8_fits`."""
+    return two_word_layout(sign_magnitude(codes), scales, SCALE_BIAS, WGMMA_BITS_INT8, block_k,
+                           warps, align, "wgmma_layout_int8")
 
 
 def int8_pairs(a_words: Tensor, b_words: Tensor) -> tuple[Tensor, ...]:

@@ -177,57 +177,48 @@ def decode_fp6(words, b, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constex
     return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
 
 
-def _fp8_asm() -> str:
-    """PTX: A word ($8: codes 0..3) and B word ($9: codes 4..7) -> 8 bf16 times the scale word
-    ($10): per word, pair 0 = word & FULL, pair 1 = (rotr 4 & EXP_SIGN) | (rotr 28 & MANT) —
-    fp8_words.fp8_pairs' steps, one for one."""
+def _two_word_asm(regs: str, pair0, pair1) -> str:
+    """PTX of an 8-bit decoder: A word ($8: codes 0..3) and B word ($9: codes 4..7) -> 8 bf16
+    times the scale word ($10); pair0 / pair1(src) leave a word's pair 0 / 1 pattern in a."""
     body = ""
     for src, out in (("$8", 0), ("$9", 4)):
-        body += (f"and.b32 a, {src}, {FULL:#010x}; mul.rn.bf16x2 a, a, $10; "
-                 f"mov.b32 {{${out}, ${out + 1}}}, a;\n"
-                 f"shf.r.wrap.b32 a, {src}, {src}, 4; shf.r.wrap.b32 b, {src}, {src}, 28; "
-                 f"and.b32 a, a, {EXP_SIGN:#010x}; and.b32 b, b, {MANT:#010x}; or.b32 a, a, b; "
-                 f"mul.rn.bf16x2 a, a, $10; mov.b32 {{${out + 2}, ${out + 3}}}, a;\n")
-    return "{\n.reg .b32 a, b;\n" + body + "}"
+        for p, ops in enumerate((pair0, pair1)):
+            body += (f"{ops(src)} mul.rn.bf16x2 a, a, $10; "
+                     f"mov.b32 {{${out + 2 * p}, ${out + 2 * p + 1}}}, a;\n")
+    return "{\n.reg .b32 " + regs + ";\n" + body + "}"
+
+
+def _fp8_asm() -> str:
+    """mxfp8 e4m3: per word, pair 0 = word & FULL, pair 1 = (rotr 4 & EXP_SIGN) | (rotr 28 &
+    MANT) — fp8_words.fp8_pairs' steps, one for one."""
+    return _two_word_asm(
+        "a, b", lambda w: f"and.b32 a, {w}, {FULL:#010x};",
+        lambda w: (f"shf.r.wrap.b32 a, {w}, {w}, 4; shf.r.wrap.b32 b, {w}, {w}, 28; "
+                   f"and.b32 a, a, {EXP_SIGN:#010x}; and.b32 b, b, {MANT:#010x}; or.b32 a, a, b;"))
 
 
 _DECODE_E4M3 = gl.constexpr(_fp8_asm())
 
 
-@gluon.jit
-def decode_fp8(words, bwords, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-               A: gl.constexpr):
-    """mxfp8 e4m3 (FMT 3): A words (codes 0..3 of a thread's 8) + B words (codes 4..7), both in
-    mxfp4's word order, + scale words -> the bf16 A operand (fp8_words: the layout)."""
-    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
-        _DECODE_E4M3, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, bwords, sword],
-        dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
-    return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
-
-
 def _int8_asm() -> str:
-    """PTX: A word ($8: sign-magnitude codes 0..3) and B word ($9: codes 4..7) -> 8 bf16 times
-    the scale word ($10): per word, pair 0 = word & MASK, pair 1 = rotr(word, 8) & MASK —
-    int8_words.int8_pairs' steps, one for one."""
-    body = ""
-    for src, out in (("$8", 0), ("$9", 4)):
-        body += (f"and.b32 a, {src}, {INT8_MASK:#010x}; mul.rn.bf16x2 a, a, $10; "
-                 f"mov.b32 {{${out}, ${out + 1}}}, a;\n"
-                 f"shf.r.wrap.b32 a, {src}, {src}, {INT8_ROT}; and.b32 a, a, {INT8_MASK:#010x}; "
-                 f"mul.rn.bf16x2 a, a, $10; mov.b32 {{${out + 2}, ${out + 3}}}, a;\n")
-    return "{\n.reg .b32 a;\n" + body + "}"
+    """mxint8 (sign-magnitude codes): per word, pair 0 = word & MASK, pair 1 = rotr(word, 8) &
+    MASK — int8_words.int8_pairs' steps, one for one."""
+    return _two_word_asm(
+        "a", lambda w: f"and.b32 a, {w}, {INT8_MASK:#010x};",
+        lambda w: f"shf.r.wrap.b32 a, {w}, {w}, {INT8_ROT}; and.b32 a, a, {INT8_MASK:#010x};")
 
 
 _DECODE_INT8 = gl.constexpr(_int8_asm())
 
 
 @gluon.jit
-def decode_int8(words, bwords, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                A: gl.constexpr):
-    """mxint8 (FMT 4): A words (codes 0..3 of a thread's 8) + B words (codes 4..7) in
-    sign-magnitude, fp8's word order, + scale words -> the bf16 A operand (int8_words)."""
+def decode_two_words(words, bwords, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                     A: gl.constexpr, ASM: gl.constexpr):
+    """An 8-bit format's A words (codes 0..3 of a thread's 8) + B words (codes 4..7), both in
+    mxfp4's word order, + scale words -> the bf16 A operand, by its PTX ASM: _DECODE_E4M3
+    (mxfp8 e4m3, FMT 3: fp8_words) or _DECODE_INT8 (mxint8, FMT 4: int8_words)."""
     o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
-        _DECODE_INT8, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, bwords, sword],
+        ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, bwords, sword],
         dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
     return _to_a(o0, o1, o2, o3, o4, o5, o6, o7, BLOCK_N, BLOCK_K, A)
 
@@ -238,9 +229,9 @@ def decode(words, bw, base, sword, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     """A K tile's (or half's) A operand from its per-thread operands (`slot_operands`), by the
     kernel's weight format FMT (0 mxfp4, 1 / 2 mxfp6 e2m3 / e3m2, 3 mxfp8 e4m3, 4 mxint8)."""
     if FMT == 4:
-        return decode_int8(words, bw, sword, BLOCK_N, BLOCK_K, A)
+        return decode_two_words(words, bw, sword, BLOCK_N, BLOCK_K, A, _DECODE_INT8)
     elif FMT == 3:
-        return decode_fp8(words, bw, sword, BLOCK_N, BLOCK_K, A)
+        return decode_two_words(words, bw, sword, BLOCK_N, BLOCK_K, A, _DECODE_E4M3)
     elif FMT:
         return decode_fp6(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
     else:
@@ -265,6 +256,6 @@ def slot_operands(w_slot, b_slot, s_slot, WL: gl.constexpr, SL: gl.constexpr,
     return words, bw, base, sword
 
 
-__all__ = ["acc_layout", "along", "decode", "decode_fp4", "decode_fp6", "decode_fp8",
-           "decode_int8", "fp6_operands", "halves", "scale_word", "slot_operands", "words_layout",
+__all__ = ["acc_layout", "along", "decode", "decode_fp4", "decode_fp6", "decode_two_words",
+           "fp6_operands", "halves", "scale_word", "slot_operands", "words_layout",
            "x_copy_layout"]

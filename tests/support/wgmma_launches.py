@@ -1,6 +1,7 @@
 """Record the wgmma kernels' launches on the CPU (Gluon needs an sm_90 GPU): the first call's
 arguments as `launcher.launch` gets them, later calls' as the plan's `launcher.Bound` passes
-them; shared by the one-partition and warp-specialized kernels' launch tests."""
+them; shared by the one-partition and warp-specialized kernels' launch tests (and the QDQ
+plans', `recorded_launches`)."""
 from __future__ import annotations
 
 import torch
@@ -11,6 +12,20 @@ from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
 
 
+def _stand_in(bound: list, as_record) -> type:
+    """A compiled kernel's stand-in for `launcher.Bound`: each launch appends as_record(its
+    arguments past the launcher's nine) to `bound`."""
+
+    class Compiled:
+        function, packed_metadata = 3, ("meta",)
+
+        @staticmethod
+        def run(*a):
+            bound.append(as_record(a[9:]))
+
+    return Compiled
+
+
 def record_launches(monkeypatch, cfg) -> tuple[list, list]:
     """Patch the launch path so that every fused_linear / grouped_experts_wgmma call of a wgmma
     config records its launch: `general` gets (kernel, num_warps, grid, {name: argument}) of each
@@ -18,17 +33,11 @@ def record_launches(monkeypatch, cfg) -> tuple[list, list]:
     names = lw._wgmma_linear_kernel.arg_names
     general: list = []
     bound: list = []
-
-    class Compiled:
-        function, packed_metadata = 11, ("meta",)
-
-        @staticmethod
-        def run(*a):
-            bound.append(dict(zip(names, a[9:])))
+    compiled = _stand_in(bound, lambda args: dict(zip(names, args)))
 
     def record(fn, key_, grid, args, num_warps, num_stages, **kw):
         general.append((fn, num_warps, grid, dict(zip(names, args))))
-        return Compiled
+        return compiled
 
     monkeypatch.setattr(launcher_mod, "launch", record)
     monkeypatch.setattr(launcher_mod, "current_stream", lambda device: 5)
@@ -37,6 +46,23 @@ def record_launches(monkeypatch, cfg) -> tuple[list, list]:
     monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
     monkeypatch.setattr(le, "_INTERPRETED", False)
     monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", cfg))
+    return general, bound
+
+
+def recorded_launches(monkeypatch, streams: dict) -> tuple[list, list]:
+    """Patch `launcher.launch` to record each general launch as (kernel, key, arguments) and
+    return a stand-in compiled kernel, whose `launcher.Bound` calls record their argument
+    tuples in `bound`; `launcher.current_stream` answers streams["now"] (None: no stream)."""
+    general: list = []
+    bound: list = []
+    compiled = _stand_in(bound, tuple)
+
+    def record(fn, key, grid, args, **kw):
+        general.append((fn, key, args))
+        return compiled
+
+    monkeypatch.setattr(launcher_mod, "launch", record)
+    monkeypatch.setattr(launcher_mod, "current_stream", lambda device: streams["now"])
     return general, bound
 
 

@@ -87,32 +87,18 @@ def test_a_kept_plan_launches_later_calls_with_the_first_calls_arguments(monkeyp
     passes (the scale a fixed pointer), this call's x and out in place of the first's; the
     launch key names the scale by its alignment, so two layers' plans share one
     specialization. Launches recorded, not made."""
-    from kernels.triton import launcher, mx_quant
+    from kernels.triton import mx_quant
+    from support.wgmma_launches import recorded_launches
 
-    general: list = []
-    bound: list = []
-
-    class Compiled:
-        function, packed_metadata = 3, ("meta",)
-
-        @staticmethod
-        def run(*a):
-            bound.append(a[9:])
-
-    def record(fn, key, grid, args, **kw):
-        assert fn is qdq_plan.mx_tiles.fp8_static_qdq_kernel and len(args) == len(fn.arg_names)
-        general.append((key, args))
-        return Compiled
-
+    general, bound = recorded_launches(monkeypatch, {"now": 2})
     monkeypatch.setattr(mx_quant, "_INTERPRETED", False)
-    monkeypatch.setattr(launcher, "launch", record)
-    monkeypatch.setattr(launcher, "current_stream", lambda device: 2)
     consts = prepare_tensors(prepare_fp8_layer(0.5, 256))["consts"]
     scale = torch.tensor([0.5])
     plan = qdq_plan.Fp8StaticQdq(scale, consts, torch.bfloat16, 256, keep_launches=True)
     plan(torch.zeros(5, 256, dtype=torch.bfloat16))
-    key, first = general[-1]
-    names = qdq_plan.mx_tiles.fp8_static_qdq_kernel.arg_names
+    fn, key, first = general[-1]
+    names = fn.arg_names
+    assert fn is qdq_plan.mx_tiles.fp8_static_qdq_kernel and len(first) == len(names)
     assert dict(zip(names, first))["s_ptr"] is scale
     x = torch.ones(5, 256, dtype=torch.bfloat16)
     out = plan(x)
@@ -122,7 +108,7 @@ def test_a_kept_plan_launches_later_calls_with_the_first_calls_arguments(monkeyp
     other = qdq_plan.Fp8StaticQdq(torch.tensor([2.0]), consts, torch.bfloat16, 256)
     assert other.fast is None  # not kept
     other(torch.zeros(5, 256, dtype=torch.bfloat16))
-    assert general[-1][0] == key  # another layer's scale: the same specialization
+    assert general[-1][1] == key  # another layer's scale: the same specialization
 
 
 def test_a_layer_reads_its_scale_on_the_device_once(monkeypatch) -> None:

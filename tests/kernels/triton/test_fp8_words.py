@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.mx import mx_dequantize
 from kernels.triton import fp8_words as f8
 from support.mx_weights import e4m3_weight as weight
+from support.word_layouts import assert_two_word_layout_decodes
 
 
 def test_bits_fill_each_word_once() -> None:
@@ -23,18 +23,7 @@ def test_bits_fill_each_word_once() -> None:
 def test_layout_decodes_to_the_reference(n: int, k: int, block_k: int, warps: int) -> None:
     w = weight(n, k, torch.Generator().manual_seed(n + k + block_k + warps))
     assert f8.fp8_fits(w.data, w.scales)
-    a, b, s = f8.wgmma_layout_fp8(w.data, w.scales, block_k, warps)
-    rows, k_pad = -(-n // (16 * warps)) * 16 * warps, -(-k // block_k) * block_k
-    assert a.dtype == b.dtype == torch.int32 and s.dtype == torch.uint8
-    assert (a.numel(), b.numel(), s.numel()) == (rows * k_pad // 8, rows * k_pad // 8,
-                                                 rows * k_pad // 32)  # 8 bits an element
-    got = f8.wgmma_decode_fp8(a, b, s, n, k, block_k, warps)
-    want = mx_dequantize(w, torch.float32, backend="reference")
-    nan = want.isnan()
-    assert torch.equal(got[:, :k].isnan(), nan)
-    assert torch.equal(got[:, :k][~nan], want[~nan])
-    assert torch.equal(torch.signbit(got[:, :k][~nan]), torch.signbit(want[~nan]))
-    assert not got[:, k:].any() and not got[:, k:].signbit().any()
+    assert_two_word_layout_decodes(w, f8.wgmma_layout_fp8, f8.wgmma_decode_fp8, block_k, warps)
 
 
 def test_weights_the_layout_cannot_hold_are_refused() -> None:

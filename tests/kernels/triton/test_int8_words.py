@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.mx import mx_dequantize
 from kernels.triton import int8_words as i8
 from support.mx_weights import int8_weight as weight
+from support.word_layouts import assert_two_word_layout_decodes
 
 
 def test_bits_fill_each_word_once_and_the_rotation_brings_codes_2_3_home() -> None:
@@ -34,19 +34,8 @@ def test_sign_magnitude_of_every_code() -> None:
 def test_layout_decodes_to_the_reference(n: int, k: int, block_k: int, warps: int) -> None:
     w = weight(n, k, torch.Generator().manual_seed(n + k + block_k + warps + 1))
     assert i8.int8_fits(w.data, w.scales)
-    a, b, s = i8.wgmma_layout_int8(w.data, w.scales, block_k, warps)
-    rows, k_pad = -(-n // (16 * warps)) * 16 * warps, -(-k // block_k) * block_k
-    assert a.dtype == b.dtype == torch.int32 and s.dtype == torch.uint8
-    assert (a.numel(), b.numel(), s.numel()) == (rows * k_pad // 8, rows * k_pad // 8,
-                                                 rows * k_pad // 32)  # 8 bits an element
-    got = i8.wgmma_decode_int8(a, b, s, n, k, block_k, warps)
-    want = mx_dequantize(w, torch.float32, backend="reference")
-    nan = want.isnan()
-    assert nan.any() and (want[~nan] != 0).any()
-    assert torch.equal(got[:, :k].isnan(), nan)
-    assert torch.equal(got[:, :k][~nan], want[~nan])
-    assert torch.equal(torch.signbit(got[:, :k][~nan]), torch.signbit(want[~nan]))
-    assert not got[:, k:].any() and not got[:, k:].signbit().any()
+    assert_two_word_layout_decodes(w, i8.wgmma_layout_int8, i8.wgmma_decode_int8, block_k,
+                                   warps)
 
 
 def test_weights_the_layout_cannot_hold_are_refused() -> None:

@@ -298,29 +298,14 @@ def test_a_kept_qdq_plan_launches_later_calls_with_the_first_calls_arguments(
     stride seen before on the stream goes through a `launcher.Bound` passing exactly what the
     general path passes, this call's x and out pointers in place of the first's; new rows, a
     new stride or no stream (hooks set) take the general path. Launches recorded, not made."""
-    from kernels.triton import launcher
-
-    general: list = []
-    bound: list = []
-
-    class Compiled:
-        function, packed_metadata = 3, ("meta",)
-
-        @staticmethod
-        def run(*a):
-            bound.append(a[9:])
-
-    def record(fn, key, grid, args, **kw):
-        general.append(args)
-        return Compiled
+    from support.wgmma_launches import recorded_launches
 
     streams = {"now": 2}
+    general, bound = recorded_launches(monkeypatch, streams)
     monkeypatch.setattr(_tri, "_INTERPRETED", False)
-    monkeypatch.setattr(launcher, "launch", record)
-    monkeypatch.setattr(launcher, "current_stream", lambda device: streams["now"])
     plan = _qdq.QdqPlan("mxfp4", "even", torch.bfloat16, 256, keep_launches=True)
     plan(torch.zeros(5, 256, dtype=torch.bfloat16))
-    first = general[-1]
+    first = general[-1][2]
     x = torch.ones(5, 256, dtype=torch.bfloat16)
     out = plan(x)
     assert len(general) == 1 and bound[-1] == (x.data_ptr(), out.data_ptr()) + tuple(first[2:])

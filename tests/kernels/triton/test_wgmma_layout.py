@@ -189,48 +189,32 @@ def test_a_prepared_fp6_weight_gets_the_layout_its_decoder_reads(fmt: str, layou
     assert same_values(got[:70, :320], want) and not got[:70, 320:].any()
 
 
-def test_a_prepared_fp8_weight_gets_the_layout_its_decoder_reads() -> None:
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxint8"])
+def test_a_prepared_8bit_weight_gets_the_layout_its_decoder_reads(fmt: str) -> None:
     """The host path (constexprs -> format, the fits check kept, the one layout built once) on
-    a prepared e4m3 weight; it decodes through the PTX's twin to the
-    reference (CPU). A weight holding an e4m3 NaN code gets no layout (the table moves on)."""
+    a prepared e4m3 / mxint8 weight; it decodes through the PTX's twin to the reference (CPU).
+    A weight the layout cannot hold gets no layout (the table moves on): an e4m3 NaN code; an
+    mxint8 scale past 1.0 (byte 128) or code -128."""
     from kernels.triton.fp8_words import wgmma_decode_fp8
-    from kernels.triton.linear_tiles import prepare_tensors
-
-    w = fp8_weight(70, 320, torch.Generator().manual_seed(8))
-    contract = SchemeContract(weight=key("mxfp8_e4m3"), activation=None)
-    cached = prepare_tensors(KERNEL.prepare(w, contract))
-    assert lw.weight_format(cached["consts"]) == "mxfp8_e4m3"
-    want = mx_dequantize(w, torch.float32, backend="reference")
-    words, sbytes, bwords = lw.one_layout(cached, "mxfp8_e4m3", 320)
-    assert lw.one_layout(cached, "mxfp8_e4m3", 320)[0] is words
-    got = wgmma_decode_fp8(words, bwords, sbytes, 128, 512, 128)  # (padded: fw.ALIGN)
-    assert same_values(got[:70, :320], want) and not got[:70, 320:].any()
-    bad = MXTensor(w.data.clone(), w.scales, w.fmt, w.rounding, w.shape, w.layout)
-    bad.data[5, 9] = 0x7F
-    assert lw.one_layout(prepare_tensors(KERNEL.prepare(bad, contract)), "mxfp8_e4m3",
-                         320) is None
-
-
-def test_a_prepared_int8_weight_gets_the_layout_its_decoder_reads() -> None:
-    """The host path on a prepared mxint8 weight (constexprs -> format, `int8_fits` kept, the
-    one layout built once, decoded through the PTX's twin to the reference); a weight with a
-    scale past 1.0 (byte 128) or a code -128 gets no layout (the table moves on)."""
     from kernels.triton.int8_words import wgmma_decode_int8
     from kernels.triton.linear_tiles import prepare_tensors
 
-    w = int8_weight(70, 320, torch.Generator().manual_seed(9))
-    contract = SchemeContract(weight=key("mxint8"), activation=None)
+    make, decode, refused = {
+        "mxfp8_e4m3": (fp8_weight, wgmma_decode_fp8, (("data", 0x7F),)),
+        "mxint8": (int8_weight, wgmma_decode_int8, (("scales", 128), ("data", 0x80)))}[fmt]
+    w = make(70, 320, torch.Generator().manual_seed(8 + len(fmt)))
+    contract = SchemeContract(weight=key(fmt), activation=None)
     cached = prepare_tensors(KERNEL.prepare(w, contract))
-    assert lw.weight_format(cached["consts"]) == "mxint8"
+    assert lw.weight_format(cached["consts"]) == fmt
     want = mx_dequantize(w, torch.float32, backend="reference")
-    words, sbytes, bwords = lw.one_layout(cached, "mxint8", 320)
-    assert lw.one_layout(cached, "mxint8", 320)[0] is words
-    got = wgmma_decode_int8(words, bwords, sbytes, 128, 512, 128)  # (padded: fw.ALIGN)
+    words, sbytes, bwords = lw.one_layout(cached, fmt, 320)
+    assert lw.one_layout(cached, fmt, 320)[0] is words
+    got = decode(words, bwords, sbytes, 128, 512, 128)  # (padded: fw.ALIGN)
     assert same_values(got[:70, :320], want) and not got[:70, 320:].any()
-    for at, value in (("scales", 128), ("data", 0x80)):
+    for at, value in refused:
         bad = MXTensor(w.data.clone(), w.scales.clone(), w.fmt, w.rounding, w.shape, w.layout)
         getattr(bad, at)[5, 9] = value
-        assert lw.one_layout(prepare_tensors(KERNEL.prepare(bad, contract)), "mxint8",
+        assert lw.one_layout(prepare_tensors(KERNEL.prepare(bad, contract)), fmt,
                              320) is None, at
 
 

@@ -48,20 +48,16 @@ def test_fp6_ptx_is_its_twin(fmt: str) -> None:
         assert patterns(out) == [twin[p][i] for p in range(4)], (fmt, i)
 
 
-def test_fp8_ptx_is_its_twin() -> None:
-    a, b = random_words(200, 5), random_words(200, 6)
-    twin = [p.tolist() for p in f8.fp8_pairs(a, b)]
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxint8"])
+def test_8bit_ptx_is_its_twin(fmt: str) -> None:
+    """A + B words (four codes each) -> the four pairs of fp8_words / int8_words."""
+    asm, pairs = {"mxfp8_e4m3": (wd._DECODE_E4M3, f8.fp8_pairs),
+                  "mxint8": (wd._DECODE_INT8, i8.int8_pairs)}[fmt]
+    a, b = random_words(200, 5 + len(fmt)), random_words(200, 6 + len(fmt))
+    twin = [p.tolist() for p in pairs(a, b)]
     for i, (wa, wb) in enumerate(zip(a.tolist(), b.tolist())):
-        out = run_ptx(wd._DECODE_E4M3.value, {"$8": wa & MASK, "$9": wb & MASK, "$10": 0})
-        assert patterns(out) == [twin[p][i] for p in range(4)], i
-
-
-def test_int8_ptx_is_its_twin() -> None:
-    a, b = random_words(200, 7), random_words(200, 8)
-    twin = [p.tolist() for p in i8.int8_pairs(a, b)]
-    for i, (wa, wb) in enumerate(zip(a.tolist(), b.tolist())):
-        out = run_ptx(wd._DECODE_INT8.value, {"$8": wa & MASK, "$9": wb & MASK, "$10": 0})
-        assert patterns(out) == [twin[p][i] for p in range(4)], i
+        out = run_ptx(asm.value, {"$8": wa & MASK, "$9": wb & MASK, "$10": 0})
+        assert patterns(out) == [twin[p][i] for p in range(4)], (fmt, i)
 
 
 def test_the_interpreter_can_fail() -> None:
