@@ -141,7 +141,8 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
                          "move them to one device")
     if not mx_quant._INTERPRETED:  # sm_90 mxfp4 with bf16 tokens: the Gluon wgmma kernel
         from kernels.triton import moe_wgmma
-        if moe_wgmma.VERIFIED and moe_wgmma.unavailable(x, weight, activation) is None:
+        if moe_wgmma.VERIFIED and moe_wgmma.unavailable(x, weight, activation) is None and \
+                moe_wgmma.layout_holds(cached, weight):
             return moe_wgmma.grouped_experts_wgmma(x, weight, activation, topk_ids,
                                                    topk_weights, out_dtype, cached)
     # only the constexprs this kernel declares (the linear set-up may carry more of its own)

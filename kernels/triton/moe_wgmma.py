@@ -1,6 +1,7 @@
 """MoE experts on sm_90 through the Gluon wgmma kernel (linear_wgmma's kernel, GROUPED).
 
-Packed mxfp4 experts, and mxfp6 ones (fp6_words' layout) once `linear_wgmma.FP6_VERIFIED`;
+Packed mxfp4 experts, mxfp6 ones (fp6_words' layout) once `linear_wgmma.FP6_VERIFIED`, and
+8-bit ones (mxfp8 e4m3 / mxint8: fp8_words' / int8_words' layouts) once `EIGHT_BIT_VERIFIED`;
 one warpgroup a program (64 weight rows), or two (`WgmmaConfig.warps = 8`, or the wide ws
 tile's two consumers at block_m 256: 128 rows; an expert's N is padded to whole 128 rows).
 
@@ -39,6 +40,8 @@ from kernels.triton import launcher, linear_configs, linear_wgmma, qdq_plan
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import ALIGN
 from kernels.triton.fp6_words import scale_fits
+from kernels.triton.fp8_words import fp8_fits
+from kernels.triton.int8_words import int8_fits
 from kernels.triton.linear_decode import checked_once, fast_fp4_scale
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
@@ -49,15 +52,24 @@ from kernels.triton.wgmma_tiles import x_descriptor
 from kernels.triton.moe_routing import combine, sort_rows
 
 VERIFIED = True
-# the kernel's formats the experts' layout (expert_layout) is written for: mxfp8 is dense only
-EXPERT_FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2")
+# the kernel's formats the experts' layout (expert_layout) is written for
+EXPERT_FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8")
+# 8-bit experts (mxfp8 e4m3 / mxint8: the dense kernel's FMT 3 / 4, GROUPED; their layouts and
+# fits checks as dense), written 2026-12-05 without a GPU (the grouped FMT 3 / 4 kernels compile
+# for sm_90a in CPU CI; their GPU test, test_moe_wgmma's 8-bit test, forces this on): on once
+# it passes in a whole-suite run.
+EIGHT_BIT_VERIFIED = False
+_EIGHT_BIT = ("mxfp8_e4m3", "mxint8")
+_FAMILY = {"mxfp4": "fp4", "mxfp8_e4m3": "fp8", "mxint8": "fp8"}  # linear_configs' (else other)
 
 
 def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Optional[str]:
     """Why the wgmma path cannot run this call (None: it can)."""
     if weight.fmt not in EXPERT_FORMATS or (weight.fmt == "mxfp4" and weight.layout != "packed"):
-        return "packed mxfp4 or mxfp6 expert weights only"
-    if weight.fmt != "mxfp4" and not linear_wgmma.FP6_VERIFIED:
+        return "packed mxfp4, mxfp6, mxfp8 e4m3 or mxint8 expert weights only"
+    if not {"mxfp4": True, "mxfp8_e4m3": EIGHT_BIT_VERIFIED and linear_wgmma.FP8_VERIFIED,
+            "mxint8": EIGHT_BIT_VERIFIED and linear_wgmma.INT8_VERIFIED}.get(
+                weight.fmt, linear_wgmma.FP6_VERIFIED):
         return f"{weight.fmt} experts: written, not yet verified on a GPU"
     if x.dtype != torch.bfloat16:
         return "bf16 tokens only"
@@ -73,12 +85,12 @@ def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Opt
 
 
 def config_for(rows: int, num_experts: int, fmt: str, n: int, k: int) -> WgmmaConfig:
-    """The table's wgmma row of the weight's family ("fp4", or "other": mxfp6) for the mean
-    rows per expert (one M tile covers it) and an expert's N x K: its experts-only rows first,
+    """The table's wgmma row of the weight's family ("fp4", "fp8": 8-bit, "other": mxfp6) for
+    the mean rows per expert (one M tile covers it) and an expert's N x K: its experts-only rows first,
     then the dense rows. Past 128 rows an expert, an experts-only row for that many (the wide
     tile: 256 rows, one weight decode for ~192 rows where 128-row tiles decode it twice) where
     the table has one, else the 128-row row."""
-    family = "fp4" if fmt == "mxfp4" else "other"
+    family = _FAMILY.get(fmt, "other")
     mean = -(-rows // num_experts)
     if mean > BLOCK_M_VERIFIED[-1]:
         wide = linear_configs.experts_row("wgmma", family, mean, n=n, k=k)
@@ -107,11 +119,25 @@ def expert_layout(weight: MXTensor) -> tuple[Tensor, Tensor, Tensor, int, int]:
     return words, sbytes, bwords, words.numel() // e, sbytes.numel() // e
 
 
+def layout_holds(cached: dict, weight: MXTensor) -> bool:
+    """Whether the experts' layout holds the weight exactly (checked once per weight, kept in
+    the caller's `cached`: a device sync): mxfp4 scale bytes up to 128, mxfp6's `scale_fits`,
+    mxfp8's `fp8_fits`, mxint8's `int8_fits` (as the dense layouts'); else the grouped Triton
+    kernel runs the experts."""
+    fits = _FITS.get(weight.fmt, lambda w: scale_fits(w.scales, w.fmt))  # (else mxfp6)
+    return checked_once(cached, "wgmma_scale_fits", lambda: fits(weight))
+
+
+_FITS = {"mxfp4": lambda w: fast_fp4_scale(w.scales),
+         "mxfp8_e4m3": lambda w: fp8_fits(w.data, w.scales),
+         "mxint8": lambda w: int8_fits(w.data, w.scales)}
+
+
 def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | None,
                           topk_ids: Tensor, topk_weights: Tensor, out_dtype: torch.dtype,
                           cached: dict, cfg: WgmmaConfig | None = None) -> Tensor:
-    """x [T, K] bf16, weight [E, N, K] packed mxfp4, routing [T, top_k] (checked by the caller;
-    `unavailable` said yes) -> [T, N] in out_dtype. `cached`: the caller's per-weight dict
+    """x [T, K] bf16, weight [E, N, K] of EXPERT_FORMATS, routing [T, top_k] (checked by the
+    caller; `unavailable` said yes) -> [T, N] in out_dtype. `cached`: the caller's per-weight dict
     (the layout and the scale check are kept there: built once, the check syncs once)."""
     tokens, k = x.shape
     num_experts, n, _ = weight.shape
@@ -122,11 +148,10 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     if why:
         raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "
                          "rep 1, tma_x False, ws False), or none: the table's")
-    if not checked_once(cached, "wgmma_scale_fits", lambda: fast_fp4_scale(weight.scales)
-                        if weight.fmt == "mxfp4" else scale_fits(weight.scales, weight.fmt)):
-        raise ValueError(f"moe_wgmma: a finite expert scale byte is past the {weight.fmt} layout's "
-                         "range (mxfp4 / e2m3: 128, e3m2: 130): no real weight has one; the "
-                         "grouped Triton kernel runs such weights")
+    if not layout_holds(cached, weight):
+        raise ValueError(f"moe_wgmma: the {weight.fmt} experts' layout cannot hold this weight "
+                         "(a finite scale byte past its range, or a code it has no place for: "
+                         "`layout_holds`); grouped_experts_triton runs such weights")
     layout = cached.get("wgmma_moe")
     if layout is None:
         layout = cached.setdefault("wgmma_moe", expert_layout(weight))
@@ -169,4 +194,5 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     return combine(weighted.view(tokens, top_k, n), out_dtype)
 
 
-__all__ = ["EXPERT_FORMATS", "VERIFIED", "config_for", "expert_layout", "grouped_experts_wgmma", "unavailable"]
+__all__ = ["EIGHT_BIT_VERIFIED", "EXPERT_FORMATS", "VERIFIED", "config_for", "expert_layout",
+           "grouped_experts_wgmma", "layout_holds", "unavailable"]

@@ -207,8 +207,8 @@ def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
 
 def layout_of(fmt: str, data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     """(words, scale bytes, B words or None) of [N, K] weight rows in the one layout: mxfp4 as
-    packed data, mxfp6 as one code a byte, mxfp8 / mxint8 as their codes; the caller checked the scales
-    fit (one_layout for a dense weight, moe_wgmma.expert_layout for every expert at once)."""
+    packed data, mxfp6 as one code a byte, mxfp8 / mxint8 as their codes; the caller checked
+    the scales fit (one_layout for a dense weight, moe_wgmma.expert_layout for every expert at once)."""
     shape = (CHUNK_K, WGMMA_WARPS)
     if fmt == "mxfp4":
         return (*wgmma_layout(data, scales, *shape, ALIGN), None)

@@ -22,6 +22,7 @@ from kernels.spec.contract import QuantKey
 from kernels.spec.formats import FORMATS
 from kernels.triton import fp4_words as fw
 from kernels.triton import linear_configs, linear_wgmma, moe_grouped, moe_wgmma
+from support.mx_weights import e4m3_weight, int8_weight
 
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 gpu = pytest.mark.skipif(not ON_SM90, reason="wgmma runs on sm_90 only; the CPU tests above "
@@ -50,15 +51,44 @@ def experts6(fmt: str, e: int, n: int, k: int, layout: str, gen: torch.Generator
     return MXTensor(data, scales.to(torch.uint8), fmt, "even", torch.Size((e, n, k)), layout)
 
 
-@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2"))
+EIGHT_BIT = ("mxfp8_e4m3", "mxint8")
+
+
+def experts8(fmt: str, e: int, n: int, k: int, gen: torch.Generator) -> MXTensor:
+    """E random 8-bit experts (mxfp8 e4m3 / mxint8) with every code and edge scale byte their
+    wgmma layout holds (support.mx_weights), NaN blocks among them."""
+    one = (e4m3_weight if fmt == "mxfp8_e4m3" else int8_weight)(e * n, k, gen)
+    return MXTensor(one.data.reshape(e, n, k), one.scales.reshape(e, n, k // 32), fmt, "even",
+                    torch.Size((e, n, k)), "unpacked")
+
+
+def test_the_layout_holds_what_the_dense_layouts_hold() -> None:
+    """`layout_holds` (checked once, kept): each format's own limits (mxfp4 scale bytes up to
+    128, mxfp6 `scale_fits`, mxfp8 `fp8_fits`, mxint8 `int8_fits`); past them the grouped
+    Triton kernel runs the experts (moe_grouped asks it before taking this path)."""
+    gen = torch.Generator().manual_seed(3)
+    cases = [(experts(2, 64, 256, gen), 129), (experts6("mxfp6_e3m2", 2, 64, 256, "packed", gen), 200),
+             (experts8("mxfp8_e4m3", 2, 64, 256, gen), 135), (experts8("mxint8", 2, 64, 256, gen), 128)]
+    for w, past in cases:
+        cached: dict = {}
+        assert moe_wgmma.layout_holds(cached, w) and cached["wgmma_scale_fits"], w.fmt
+        bad = MXTensor(w.data, w.scales.clone(), w.fmt, w.rounding, w.shape, w.layout)
+        bad.scales[1, 3, 2] = past
+        assert not moe_wgmma.layout_holds({}, bad), (w.fmt, past)
+
+
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8"))
 @pytest.mark.parametrize("e,n,k", [(3, 64, 256), (2, 40, 2880), (4, 136, 384), (3, 200, 384)])
 def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, k: int) -> None:
     """Every expert in the one layout (fp4_words.ALIGN): its N padded to whole 128 rows and K to
     whole 512 codes (+0), experts a whole number of blocks apart."""
     from kernels.triton.fp6_words import wgmma_decode_fp6
+    from kernels.triton.fp8_words import wgmma_decode_fp8
+    from kernels.triton.int8_words import wgmma_decode_int8
 
     gen = torch.Generator().manual_seed(e * n + k + len(fmt))
     w = experts(e, n, k, gen, nan_blocks=5) if fmt == "mxfp4" else \
+        experts8(fmt, e, n, k, gen) if fmt in EIGHT_BIT else \
         experts6(fmt, e, n, k, "packed" if e % 2 else "unpacked", gen)
     words, sbytes, bwords, stride_we, stride_se = moe_wgmma.expert_layout(w)
     n_pad, k_pad = -(-n // 128) * 128, -(-k // 512) * 512
@@ -68,9 +98,14 @@ def test_every_expert_layout_decodes_to_the_reference(fmt: str, e: int, n: int, 
     for i in range(e):
         cut = slice(i * stride_we, (i + 1) * stride_we)
         s = sbytes[i * stride_se:(i + 1) * stride_se]
-        got = fw.wgmma_decode(words[cut], s, n_pad, k_pad, 128) if fmt == "mxfp4" else \
-            wgmma_decode_fp6(words[cut], bwords[i * stride_we // 2:(i + 1) * stride_we // 2], s,
-                             fmt, n_pad, k_pad, 128)
+        if fmt == "mxfp4":
+            got = fw.wgmma_decode(words[cut], s, n_pad, k_pad, 128)
+        elif fmt in EIGHT_BIT:  # B words: as many as words
+            got = {"mxfp8_e4m3": wgmma_decode_fp8, "mxint8": wgmma_decode_int8}[fmt](
+                words[cut], bwords[cut], s, n_pad, k_pad, 128)
+        else:
+            got = wgmma_decode_fp6(words[cut], bwords[i * stride_we // 2:(i + 1) * stride_we // 2],
+                                   s, fmt, n_pad, k_pad, 128)
         nan = want[i].isnan()
         assert torch.equal(got[:n, :k].isnan(), nan)
         assert torch.equal(got[:n, :k][~nan], want[i][~nan]) and not got[:n, k:].any()
@@ -179,9 +214,15 @@ def test_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     assert moe_wgmma.unavailable(x.float(), w, None) == "bf16 tokens only"
     assert moe_wgmma.unavailable(x, w, FP8_STATIC_TENSOR_KEY).endswith(
         ": the grouped Triton kernel runs it")
-    eight = MXTensor(torch.zeros(2, 64, 256, dtype=torch.uint8), w.scales, "mxint8", "even",
-                     torch.Size((2, 64, 256)))
-    assert moe_wgmma.unavailable(x, eight, None) == "packed mxfp4 or mxfp6 expert weights only"
+    e5m2 = MXTensor(torch.zeros(2, 64, 256, dtype=torch.uint8), w.scales, "mxfp8_e5m2", "even",
+                    torch.Size((2, 64, 256)))
+    assert moe_wgmma.unavailable(x, e5m2, None) == \
+        "packed mxfp4, mxfp6, mxfp8 e4m3 or mxint8 expert weights only"
+    for fmt in ("mxfp8_e4m3", "mxint8"):
+        eight = MXTensor(e5m2.data, w.scales, fmt, "even", torch.Size((2, 64, 256)))
+        assert moe_wgmma.unavailable(x, eight, None) == (
+            "needs an NVIDIA GPU" if moe_wgmma.EIGHT_BIT_VERIFIED else
+            f"{fmt} experts: written, not yet verified on a GPU")
     six = experts6("mxfp6_e3m2", 2, 64, 256, "packed", torch.Generator().manual_seed(2))
     assert moe_wgmma.unavailable(x, six, None) == (
         "needs an NVIDIA GPU" if linear_wgmma.FP6_VERIFIED else
@@ -294,6 +335,32 @@ def test_fp6_experts_match_the_reference(fmt: str, layout: str, monkeypatch) -> 
             got = moe_wgmma.grouped_experts_wgmma(x, w, act, ids, rw, torch.float32, {})
             want = grouped_experts_reference(x, w, act, None, ids, rw, torch.float32)
             assert rel_err(got, want) <= 1e-5, (e, n, k, tokens, act)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", EIGHT_BIT)
+def test_8bit_experts_match_the_reference(fmt: str, monkeypatch) -> None:
+    """mxfp8 e4m3 / mxint8 experts (W8A16 and W8A8) through the kernel's FMT 3 / 4, GROUPED:
+    every code and edge scale byte, N and K tails, one expert taking every token, T from 1 to
+    300, through the entry (grouped_experts_triton) as well. (Run with 8-bit experts switched
+    on: this test is what switches them on, `EIGHT_BIT_VERIFIED`.)"""
+    monkeypatch.setattr(moe_wgmma, "EIGHT_BIT_VERIFIED", True)
+    act8 = QuantKey.mx(fmt, rounding="even", static=False)
+    for e, n, k, top_k, tokens, case in ((8, 256, 512, 2, 1, "random"),
+                                         (8, 136, 2880, 2, 40, "random"),
+                                         (4, 200, 1024, 2, 300, "one expert")):
+        gen = torch.Generator().manual_seed(e + n + k + tokens + len(fmt))
+        w = experts8(fmt, e, n, k, gen)
+        w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
+        x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).cuda()
+        ids, rw = routing(tokens, e, top_k, gen, case)
+        for act in (None, act8):
+            assert moe_wgmma.unavailable(x, w, act) is None
+            got = moe_wgmma.grouped_experts_wgmma(x, w, act, ids, rw, torch.float32, {})
+            want = grouped_experts_reference(x, w, act, None, ids, rw, torch.float32)
+            assert rel_err(got, want) <= 1e-5, (e, n, k, tokens, act)
+            entry = moe_grouped.grouped_experts_triton(x, w, act, None, ids, rw, torch.float32)
+            assert rel_err(entry, want) <= 1e-5, (e, n, k, tokens, act)
 
 
 def many_tile_cases(fmt: str, salt: int = 0):

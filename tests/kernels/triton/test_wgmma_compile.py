@@ -33,6 +33,7 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=4),
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, FMT=4, K_TAIL=True, WARPS=8),
     dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=2, FMT=4, SUB_K=2, REP=2, X_TMA=True),
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=2, STAGES=3, FMT=4, GROUPED=True, HAS_BIAS=False),
     # K tiles in halves (sub_k 2, gated): every format, one and two warpgroups, grouped
     dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=2, SUB_K=2),
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=1, SUB_K=2, K_TAIL=True),

@@ -122,8 +122,6 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
             assert (args["BLOCK_M"], args["WARPS"], args["FMT"]) == (
                 cfg.block_m, warps, lw.FORMATS.index(fmt))
             assert bool(args["ACT"]) == (akey is not None and fuse) and not args["GROUPED"]
-    if fmt in ("mxfp8_e4m3", "mxint8"):
-        return  # MoE experts: mxfp4 / mxfp6
     ex = MXTensor(w.data.reshape(2, n // 2, -1), w.scales.reshape(2, n // 2, -1), fmt, "even",
                   torch.Size((2, n // 2, k)), w.layout)
     monkeypatch.setattr(moe_wgmma, "sort_rows", moe_routing.sort_rows_torch)
@@ -135,6 +133,7 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
                                         torch.ones(30, 1), torch.float32, {}, cfg)
         grid, args = seen.pop()
         assert grid[0] == -(-(n // 2) // (16 * warps)) and args["GROUPED"] and not args["ACT"]
+        assert args["FMT"] == lw.FORMATS.index(fmt)
 
 
 def test_later_calls_launch_the_first_calls_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
