@@ -74,6 +74,19 @@ def forced_config(cfg):
             setattr(linear_wgmma, g, value)
 
 
+def open_gates(names: list[str], ap: argparse.ArgumentParser) -> None:
+    """Set each named gate True where a module of the wgmma paths defines it."""
+    from kernels.triton import qdq_plan
+    for name in names:
+        mods = [m for m in (moe_wgmma, linear_wgmma, qdq_plan) if hasattr(m, name)]
+        if not mods or not name.endswith("_VERIFIED"):
+            ap.error(f"--open-gates {name}: not a *_VERIFIED gate of moe_wgmma, linear_wgmma or "
+                     "qdq_plan")
+        for m in mods:
+            setattr(m, name, True)
+        print(f"# gate {name} on for this run")
+
+
 def timed(fn, dev) -> tuple[float, str]:
     try:
         return graph_ms(fn, dev) * 1e3, "graph"
@@ -96,11 +109,17 @@ def main() -> None:
                     help="also time the triton backend with each of these wgmma configs forced, "
                     "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] (gated "
                     "ones too: every row is checked against the reference)")
+    ap.add_argument("--open-gates", default="", metavar="NAME,...",
+                    help="switch on these gates for the run (moe_wgmma / linear_wgmma / qdq_plan "
+                    "attributes, e.g. EIGHT_BIT_VERIFIED: 8-bit experts on wgmma), to time a "
+                    "path written without a GPU beside the one it would replace (every row is "
+                    "checked against the reference first)")
     ap.add_argument("--one-program-chunks", type=int, default=None, metavar="N",
                     help="moe_routing.ONE_PROGRAM_CHUNKS for this run (the routing sort in one "
                     "program up to N chunks of rows, else a program a chunk); e.g. 1000000 for "
                     "the one-program sort at every T, to compare")
     args = ap.parse_args()
+    open_gates([g for g in args.open_gates.split(",") if g], ap)
     if args.one_program_chunks is not None and args.one_program_chunks < 0:
         ap.error(f"--one-program-chunks {args.one_program_chunks}: a chunk count >= 0")
     if args.one_program_chunks is not None:

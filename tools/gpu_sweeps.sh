@@ -48,6 +48,8 @@
 #   OUT=/tmp/out STEPS=quant_cvt bash tools/gpu_sweeps.sh       (step 7, ~2 min; HW_CVT=gate
 #     times the gates as committed only, QUANT_KERNELS=quantize,dequantize,qdq adds the QDQ)
 #   OUT=/tmp/out STEPS=moe_tiles bash tools/gpu_sweeps.sh       (step 8, alone)
+#   OUT=/tmp/out STEPS=moe8 bash tools/gpu_sweeps.sh            (8-bit experts: wgmma against
+#     the grouped Triton kernel, after the whole suite ran green with their GPU test)
 # STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
 # 600 s a call; "wide" is step 1, decided 2026-12-03).
 set -uo pipefail
@@ -85,6 +87,15 @@ done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 20
 step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
   --kernels "${QUANT_KERNELS:-quantize,dequantize}" --no-reference-time --hw-cvt "${HW_CVT:-both}" \
   --out "$OUT/quant_cvt.json"
+# 8-bit experts (mxfp8 e4m3 / mxint8) on wgmma (moe_wgmma.EIGHT_BIT_VERIFIED, written
+# 2026-12-05 without a GPU) beside the grouped Triton kernel that runs them today, issue 16's
+# three shapes; switch the gate on if the whole suite is green and this is faster everywhere
+step moe8 "${MOE8_S:-400}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
+  set -- $s; shape="--experts $1 --top-k $2 --n $3 --k $4 --backends triton"
+  schemes="--schemes w_mxfp8_e4m3,w_mxfp8_e4m3_a_mxfp8_e4m3,w_mxint8_a_mxint8"
+  python3 tools/bench_moe.py $shape $schemes
+  python3 tools/bench_moe.py $shape $schemes --open-gates EIGHT_BIT_VERIFIED
+done'
 W6=128:128:2:2:4:0:1:2:1,128:128:2:2:4:0:2:1:1,128:128:1:3:4:0:1:1:1,128:128:1:2:8:128:1:1:1
 export TILES_W6=${TILES_W6:-$W6,128:128:1:4:4:0:1:1:1:1,256:128:1:2:4:0:1:1:1:1,128:128:1:2:4,128:128:2:2:4:0:1:1:1}
 step moe_tiles "${TILES_S:-420}" bash -c 'for s in "8 2 2048 2048" "32 4 2880 2880" "64 6 2048 7168"; do
