@@ -1,9 +1,12 @@
 """W4A4 against W4A16 on the wgmma path, with the two changes written to close the gap: the
 GEMM launched programmatically after the QDQ (kernels/triton/grid_dependency.py, PDL_VERIFIED)
 and the QDQ of a few rows one row a program (kernels/triton/qdq_plan.py, SMALL_ROWS_VERIFIED);
-on a GPU machine; issue 14: W4A4 within 10 % of W4A16.
+on a GPU machine; issue 14: W4A4 within 10 % of W4A16. With `--act fp8`: W4A8 (a static
+per-tensor fp8 scale) with its QDQ's Bound / eager-path launches off and on
+(qdq_plan.FP8_STATIC_BOUND_VERIFIED: its eager calls took 84 µs of host time at M = 1 on an
+H100, W4A16's 27).
 
-    python tools/bench_pdl.py [--shapes 8192x8192,...] [--ms 1,16,64,1024] [--act mxfp4]
+    python tools/bench_pdl.py [--shapes 8192x8192,...] [--ms 1,16,64,1024] [--act mxfp4|fp8]
 
 Per (shape, M): graph and eager (L2 flushed) µs of W4A16 and of W4A4 with each gate setting
 (both off; PDL on; small-rows QDQ on; both on), the W4A4 / W4A16 time ratio of each, and
@@ -24,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.base import load_kernel  # noqa: E402
+from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY  # noqa: E402
 from kernels.spec.contract import QuantKey, SchemeContract  # noqa: E402
 from kernels.triton import grid_dependency, qdq_plan  # noqa: E402
 from kernels.triton.linear_emulation import fused_linear  # noqa: E402
@@ -32,12 +36,15 @@ from registry.machine.timing import _copies_needed, graph_ms, median_ms  # noqa:
 
 def layers(w: torch.Tensor, act: str | None, copies: int) -> list:
     """`copies` prepared copies of the bf16 weight, rolled (graph replays cycle through them:
-    HBM reads, as in a model)."""
+    HBM reads, as in a model); act "fp8": the static fp8 key with a scale of 0.02."""
     kernel = load_kernel("triton-emulation")
+    static = act == "fp8"
+    key = None if act is None else FP8_STATIC_TENSOR_KEY if static else \
+        QuantKey.mx(act, rounding="even", static=False)
     contract = SchemeContract(weight=QuantKey.mx("mxfp4", rounding="even", static=True),
-                              activation=None if act is None else
-                              QuantKey.mx(act, rounding="even", static=False))
-    return [kernel.prepare(w.roll(i, 0), contract) for i in range(copies)]
+                              activation=key)
+    extra = {"act_scale": 0.02} if static else {}
+    return [kernel.prepare(w.roll(i, 0), contract, **extra) for i in range(copies)]
 
 
 def timed(prepared: list, x: torch.Tensor) -> tuple[float, float, torch.Tensor]:
@@ -66,11 +73,17 @@ def main() -> None:
                 "of 32, positive M")
     if not torch.cuda.is_available():
         sys.exit("bench_pdl: needs a CUDA GPU (programmatic dependent launch is sm_90's)")
+    # (label, PDL, the setting's QDQ gate: SMALL_ROWS_VERIFIED, or for fp8 the Bound's)
     settings = (("both off", False, False), ("PDL on", True, False),
                 ("small QDQ", False, True), ("both on", True, True))
+    gate = "SMALL_ROWS_VERIFIED"
+    if args.act == "fp8":
+        settings, gate = (("Bound off", False, False), ("Bound on", False, True)), \
+            "FP8_STATIC_BOUND_VERIFIED"
+    side = "W4A8" if args.act == "fp8" else "W4A4"
     rows = []
     print(f"{'N x K':>12} {'M':>5} | {'W4A16':>13} | " + " | ".join(
-        f"{'W4A4 ' + label:>20}" for label, _, _ in settings) + " | bits")
+        f"{side + ' ' + label:>20}" for label, _, _ in settings) + " | bits")
     for n, k in shapes:
         shape = f"{n}x{k}"
         gen = torch.Generator(device="cuda").manual_seed(n + k)
@@ -86,10 +99,11 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             g16, e16, _ = timed(base, x)
             cells, outs = {}, []
-            for (label, _, small), prepared in zip(settings, built):
-                qdq_plan.SMALL_ROWS_VERIFIED = small
+            for (label, _, on), prepared in zip(settings, built):
+                saved = getattr(qdq_plan, gate)
+                setattr(qdq_plan, gate, on)  # (read at the plans' first call of this M)
                 g, e, out = timed(prepared, x)
-                qdq_plan.SMALL_ROWS_VERIFIED = False
+                setattr(qdq_plan, gate, saved)
                 cells[label] = (g, e)
                 outs.append(out.view(torch.int16))
             same = all(torch.equal(o, outs[0]) for o in outs[1:])
@@ -97,7 +111,7 @@ def main() -> None:
             print(f"{shape:>12} {m:>5} | {g16:6.1f} {e16:6.1f} | " + " | ".join(
                 f"{g:6.1f} {e:6.1f} {g / g16:5.2f}x" for g, e in cells.values())
                 + f" | {'ok' if same else 'DIFFER'}")
-    print("cells: graph µs, eager µs, W4A4 graph / W4A16 graph")
+    print(f"cells: graph µs, eager µs, {side} graph / W4A16 graph")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
 

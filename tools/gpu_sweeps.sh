@@ -50,6 +50,7 @@
 #   OUT=/tmp/out STEPS=moe_tiles bash tools/gpu_sweeps.sh       (step 8, alone)
 #   OUT=/tmp/out STEPS=moe8 bash tools/gpu_sweeps.sh            (8-bit experts: wgmma against
 #     the grouped Triton kernel, after the whole suite ran green with their GPU test)
+#   OUT=/tmp/out STEPS=fp8_eager bash tools/gpu_sweeps.sh       (W4A8 eager, its Bound off / on)
 # STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
 # 600 s a call; "wide" is step 1, decided 2026-12-03).
 set -uo pipefail
@@ -74,6 +75,10 @@ step bench_fp8 "${BENCH_S:-90}" python3 -m registry bench w_mxfp8_e4m3 --m 1,16,
   --shapes 28672x8192,8192x28672 --quiet --out "$OUT/bench_fp8.json"
 step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --ms "${PDL_MS:-1,16,64,1024}" \
   --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/pdl.json"
+# W4A8 (static fp8 activations) eager with its QDQ's Bound launches off / on
+# (qdq_plan.FP8_STATIC_BOUND_VERIFIED, written 2026-12-05 without a GPU)
+step fp8_eager "${FP8E_S:-150}" python3 tools/bench_pdl.py --act fp8 \
+  --ms "${PDL_MS:-1,16,64,1024}" --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/fp8_eager.json"
 step m1_occupancy "${M1_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 1 \
   --weights mxfp4,mxfp6_e3m2 --out "$OUT/m1_occupancy.json" \
   --wgmma-specs 8:256:2:3:4,8:256:4:3:4,8:256:4:4:4,8:128:4:4:4,8:128:4:6:4,8:128:8:4:4,8:128:2:6:4,8:256:1:6:4,8:256:1:8:4
