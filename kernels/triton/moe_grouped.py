@@ -139,7 +139,8 @@ def grouped_experts_triton(x: Tensor, weight: MXTensor, activation: QuantKey | N
     if data.device != x.device:
         raise ValueError(f"{_WHERE}: input on {x.device} but expert weights on {data.device}; "
                          "move them to one device")
-    if not mx_quant._INTERPRETED:  # sm_90 mxfp4 with bf16 tokens: the Gluon wgmma kernel
+    if not mx_quant._INTERPRETED:  # sm_90, bf16 tokens, a layout that holds the experts: the
+        # Gluon wgmma kernel (moe_wgmma.unavailable / layout_holds say which)
         from kernels.triton import moe_wgmma
         if moe_wgmma.VERIFIED and moe_wgmma.unavailable(x, weight, activation) is None and \
                 moe_wgmma.layout_holds(cached, weight):

@@ -59,7 +59,6 @@ EXPERT_FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8")
 # for sm_90a in CPU CI; their GPU test, test_moe_wgmma's 8-bit test, forces this on): on once
 # it passes in a whole-suite run.
 EIGHT_BIT_VERIFIED = False
-_EIGHT_BIT = ("mxfp8_e4m3", "mxint8")
 _FAMILY = {"mxfp4": "fp4", "mxfp8_e4m3": "fp8", "mxint8": "fp8"}  # linear_configs' (else other)
 
 

@@ -41,6 +41,8 @@ class QdqPlan:
     long as its layer), a call after the first with the same rows and row stride on a stream
     launches through a `launcher.Bound` (x and out the only arguments that change)."""
 
+    _FIRST_TAIL = "IN_KIND"  # the kernel's first argument past (x, out, R, K, stride_x / _o)
+
     def __init__(self, fmt: ElemFormat | str, rounding: str, dtype: torch.dtype, k: int,
                  keep_launches: bool = False):
         fmt = mx_quant._format(fmt)
@@ -53,8 +55,6 @@ class QdqPlan:
         self.k = k
         self._launches: dict[int, tuple] = {}  # BLOCK_R -> (tile, tail, key)
         self.fast: Optional[dict] = {} if keep_launches and not mx_quant._INTERPRETED else None
-
-    _FIRST_TAIL = "IN_KIND"  # the kernel's first argument past (x, out, R, K, stride_x / _o)
 
     @staticmethod
     def kernel():
@@ -132,7 +132,6 @@ class QdqPlan:
         return True
 
 
-
 class Fp8StaticQdq(QdqPlan):
     """The static per-tensor fp8 QDQ of a layer's rows (`mx_tiles.fp8_static_qdq_kernel`) as a
     QdqPlan: the scale already on the weight's device (linear_tiles.prepare_tensors) is a fixed
@@ -167,8 +166,10 @@ class Fp8StaticQdq(QdqPlan):
 
 
 # The eager path's Bound launches of Fp8StaticQdq (written 2026-12-05 without a GPU; the same
-# Bound / scratch code as the MX keys' QdqPlan, another kernel): on once its GPU test
-# (test_linear_wgmma's Bound test, the static fp8 case) passes in a whole-suite run.
+# Bound / scratch code as the MX keys' QdqPlan, another kernel; K is whole 32-element blocks as
+# theirs, so the launch key's K facts hold): on once its GPU test (test_linear_wgmma's
+# test_a_static_fp8_activation_layer_replays_in_a_cuda_graph, kept=True) passes in a
+# whole-suite run, and tools/bench_pdl.py --act fp8 times eager W4A8 faster with it.
 FP8_STATIC_BOUND_VERIFIED = False
 
 
