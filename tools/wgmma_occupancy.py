@@ -92,12 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("TRITON_INTERPRET=1 is set: the compile needs the real backend (unset it)")
-    from kernels.triton.linear_configs import TABLE
+    from kernels.triton.linear_configs import TABLE, wgmma_family
     from kernels.triton.wgmma_config import FORMATS
     from tune_linear import forced_spec, wgmma_name
     if args.format not in FORMATS:
         p.error(f"--format {args.format!r}: one of {', '.join(FORMATS)}")
-    family = {"mxfp4": "fp4", "mxfp8_e4m3": "fp8", "mxint8": "fp8"}.get(args.format, "other")
+    family = wgmma_family(args.format)
     try:
         rows = [(spec, forced_spec(spec)) for spec in args.wgmma.split(",") if spec]
     except ValueError as e:

@@ -292,6 +292,13 @@ def weight_family(consts: dict) -> str:
     return "other"
 
 
+def wgmma_family(fmt: str) -> str:
+    """The table's family of a wgmma weight format (wgmma_config.FORMATS, mxfp4 packed):
+    `weight_family` of its prepared weight, for callers holding the format's name (MoE experts,
+    tools)."""
+    return {"mxfp4": "fp4", "mxfp8_e4m3": "fp8", "mxint8": "fp8"}.get(fmt, "other")
+
+
 def _never(config: object) -> bool:
     return False
 
@@ -366,4 +373,4 @@ def m_bucket(m: int) -> int:
 
 
 __all__ = ["LARGE_M", "Choice", "TABLE", "choose", "config_for", "experts_row", "m_bucket",
-           "weight_family"]
+           "weight_family", "wgmma_family"]

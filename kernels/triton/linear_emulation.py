@@ -215,6 +215,16 @@ def _fp8_static_qdq(prepared: PreparedWeight, dtype: torch.dtype) -> Callable:
     return plan
 
 
+def _qdq_rows(prepared: PreparedWeight, x2d: Tensor) -> Tensor:
+    """x2d after the contract's activation QDQ, launched on its own before a kernel that takes
+    x as it is (the dispatcher's Triton QDQ; a static fp8 key: the layer's `_fp8_static_qdq`,
+    its scale on the device); weight-only: x2d."""
+    key = prepared.contract.activation
+    if key in MX_DYNAMIC_KEYS:
+        return activation_qdq(key, backend="triton-qdq")(x2d, None)
+    return x2d if key is None else _fp8_static_qdq(prepared, x2d.dtype)(x2d)
+
+
 def _check_call(x: Tensor, prepared: PreparedWeight, out_dtype: torch.dtype,
                 bias: Tensor | None, n: int) -> None:
     """A call's checks (run when its plan is made, and for an empty x): one-line errors."""
@@ -306,7 +316,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
         if m > 1 and consts["ACT_MODE"] != ACT_NONE:
             # QDQ the few rows once (the dispatcher's Triton QDQ, bit-exact with the in-kernel
             # one) instead of once per weight stripe: every program would redo all M x K
-            x2d = _act_qdq(prepared, consts, x2d, k, m)(x2d)
+            x2d = _qdq_rows(prepared, x2d)
             consts["ACT_MODE"] = ACT_NONE
         linear_decode.launch_decode(x2d, out, cached, bias32, consts, config=cfg,
                                     remember=plan.decode if m == 1 and strategy is None
@@ -346,12 +356,7 @@ def _launch_tiled(x2d: Tensor, out: Tensor, cached: dict, bias: Tensor | None, c
 
 def _dequant_gemm(x2d: Tensor, prepared: PreparedWeight, bias: Tensor | None) -> Tensor:
     """bf16 only: Triton QDQ of x and dequantization of W (exact in bf16), cuBLAS GEMM."""
-    xq = x2d
-    key = prepared.contract.activation
-    if key in MX_DYNAMIC_KEYS:
-        xq = activation_qdq(key, backend="triton-qdq")(x2d, None)
-    elif key is not None:
-        xq = _fp8_static_qdq(prepared, x2d.dtype)(x2d)
+    xq = _qdq_rows(prepared, x2d)
     w = mx_dequantize(prepared.weight, torch.bfloat16, backend="triton-qdq")
     return F.linear(xq, w, bias)
 

@@ -76,11 +76,12 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     expert order, w / s every expert's layout (strides stride_we / stride_se).
     FMT 0: mxfp4 words (w); 3 / 4: mxfp8 e4m3 / mxint8, w codes 0..3 and b_ptr codes 4..7 of
     each thread's 8 (fp8_words / int8_words); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits
-    and b_ptr their low bits (fp6_words). ACT: () or an activation's QDQ facts (wgmma_tiles.act_facts): the x
-    tile's QDQ in the kernel, into a buffer of its own, before the wgmma reads it. SUB_K 2: each
-    K tile as two halves, the second decoded while the first's wgmma is in flight. REP 2: each
-    warpgroup owns two 64-row blocks (128 weight rows a warpgroup, two wgmmas a K step on one
-    x tile): the tile's G = WARPS * REP groups of 16 rows, warp w holding groups w, w + WARPS.
+    and b_ptr their low bits (fp6_words). ACT: () or an activation's QDQ facts
+    (wgmma_tiles.act_facts): the x tile's QDQ in the kernel, into a buffer of its own, before
+    the wgmma reads it. SUB_K 2: each K tile as two halves, the second decoded while the
+    first's wgmma is in flight. REP 2: each warpgroup owns two 64-row blocks (128 weight rows a
+    warpgroup, two wgmmas a K step on one x tile): the tile's G = WARPS * REP groups of 16 rows,
+    warp w holding groups w, w + WARPS.
     X_TMA: x_ptr is a TMA descriptor of x ([M, K], box [BLOCK_M, BLOCK_K]) and each x tile one
     TMA copy completing on its slot's mbarrier (no address math or masks a thread; the wgmma
     reads what the async proxy wrote, so no proxy fence a tile unless ACT rewrites it).

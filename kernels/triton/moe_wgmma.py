@@ -39,15 +39,12 @@ from kernels.spec.formats import get_format
 from kernels.triton import launcher, linear_configs, linear_wgmma, qdq_plan
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import ALIGN
-from kernels.triton.fp6_words import scale_fits
-from kernels.triton.fp8_words import fp8_fits
-from kernels.triton.int8_words import int8_fits
-from kernels.triton.linear_decode import checked_once, fast_fp4_scale
+from kernels.triton.linear_decode import checked_once
 from kernels.triton.linear_mma import _LOCK_TILES, workspace
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, FORMATS, WgmmaConfig,
                                          _wgmma_linear_kernel, copyable_rows)
 from kernels.triton.linear_wgmma_ws import _ws_linear_kernel, ws_descriptors
-from kernels.triton.wgmma_config import layout_of, weight_programs
+from kernels.triton.wgmma_config import layout_fits, layout_of, weight_programs
 from kernels.triton.wgmma_tiles import x_descriptor
 from kernels.triton.moe_routing import combine, sort_rows
 
@@ -59,7 +56,6 @@ EXPERT_FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8")
 # for sm_90a in CPU CI; their GPU test, test_moe_wgmma's 8-bit test, forces this on): on once
 # it passes in a whole-suite run.
 EIGHT_BIT_VERIFIED = False
-_FAMILY = {"mxfp4": "fp4", "mxfp8_e4m3": "fp8", "mxint8": "fp8"}  # linear_configs' (else other)
 
 
 def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Optional[str]:
@@ -84,12 +80,12 @@ def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Opt
 
 
 def config_for(rows: int, num_experts: int, fmt: str, n: int, k: int) -> WgmmaConfig:
-    """The table's wgmma row of the weight's family ("fp4", "fp8": 8-bit, "other": mxfp6) for
-    the mean rows per expert (one M tile covers it) and an expert's N x K: its experts-only rows first,
+    """The table's wgmma row of the weight's family (linear_configs.wgmma_family) for the mean
+    rows per expert (one M tile covers it) and an expert's N x K: its experts-only rows first,
     then the dense rows. Past 128 rows an expert, an experts-only row for that many (the wide
     tile: 256 rows, one weight decode for ~192 rows where 128-row tiles decode it twice) where
     the table has one, else the 128-row row."""
-    family = _FAMILY.get(fmt, "other")
+    family = linear_configs.wgmma_family(fmt)
     mean = -(-rows // num_experts)
     if mean > BLOCK_M_VERIFIED[-1]:
         wide = linear_configs.experts_row("wgmma", family, mean, n=n, k=k)
@@ -119,25 +115,19 @@ def expert_layout(weight: MXTensor) -> tuple[Tensor, Tensor, Tensor, int, int]:
 
 
 def layout_holds(cached: dict, weight: MXTensor) -> bool:
-    """Whether the experts' layout holds the weight exactly (checked once per weight, kept in
-    the caller's `cached`: a device sync): mxfp4 scale bytes up to 128, mxfp6's `scale_fits`,
-    mxfp8's `fp8_fits`, mxint8's `int8_fits` (as the dense layouts'); else the grouped Triton
-    kernel runs the experts."""
-    fits = _FITS.get(weight.fmt, lambda w: scale_fits(w.scales, w.fmt))  # (else mxfp6)
-    return checked_once(cached, "wgmma_scale_fits", lambda: fits(weight))
-
-
-_FITS = {"mxfp4": lambda w: fast_fp4_scale(w.scales),
-         "mxfp8_e4m3": lambda w: fp8_fits(w.data, w.scales),
-         "mxint8": lambda w: int8_fits(w.data, w.scales)}
+    """Whether the experts' layout holds the weight exactly (wgmma_config.layout_fits, as the
+    dense layouts: checked once per weight, kept in the caller's `cached`: a device sync); else
+    the grouped Triton kernel runs the experts."""
+    return checked_once(cached, "wgmma_scale_fits",
+                        lambda: layout_fits(weight.fmt, weight.data, weight.scales))
 
 
 def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | None,
                           topk_ids: Tensor, topk_weights: Tensor, out_dtype: torch.dtype,
                           cached: dict, cfg: WgmmaConfig | None = None) -> Tensor:
     """x [T, K] bf16, weight [E, N, K] of EXPERT_FORMATS, routing [T, top_k] (checked by the
-    caller; `unavailable` said yes) -> [T, N] in out_dtype. `cached`: the caller's per-weight dict
-    (the layout and the scale check are kept there: built once, the check syncs once)."""
+    caller; `unavailable` said yes) -> [T, N] in out_dtype. `cached`: the caller's per-weight
+    dict (the layout and the scale check are kept there: built once, the check syncs once)."""
     tokens, k = x.shape
     num_experts, n, _ = weight.shape
     top_k = topk_ids.shape[1]

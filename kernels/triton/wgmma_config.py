@@ -20,7 +20,7 @@ from kernels.triton.fp4_words import ALIGN, CHUNK_K, WGMMA_WARPS, wgmma_layout
 from kernels.triton.fp6_words import scale_fits, wgmma_layout_fp6
 from kernels.triton.fp8_words import fp8_fits, wgmma_layout_fp8
 from kernels.triton.int8_words import int8_fits, wgmma_layout_int8
-from kernels.triton.linear_decode import checked_once, fp4_scale_fits
+from kernels.triton.linear_decode import checked_once, fast_fp4_scale, fp4_scale_fits
 from kernels.triton.linear_mma import _LOCK_TILES
 
 # wgmma's N (activation rows a program) the kernel is verified at on the H200 (every config of
@@ -153,10 +153,9 @@ def weight_programs(cfg: WgmmaConfig, n: int, who: str) -> int:
 def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                cfg: WgmmaConfig, act: tuple = ()) -> Optional[WgmmaPlan]:
     """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where the
-    layout cannot hold the weight (mxfp4: a scale byte past 128, `fp4_scale_fits`; mxfp6:
-    `scale_fits`; mxfp8 / mxint8: `fp8_fits` / `int8_fits`; checked once per weight, a device
-    sync). `act`: the activation QDQ the kernel runs (with
-    `cfg.fuse_act`: wgmma_tiles.act_facts of the contract's key; () otherwise)."""
+    layout cannot hold the weight (`layout_fits`, checked once per weight). `act`: the
+    activation QDQ the kernel runs (with `cfg.fuse_act`: wgmma_tiles.act_facts of the
+    contract's key; () otherwise)."""
     fmt = weight_format(cached["consts"])
     layout = one_layout(cached, fmt, k)
     if layout is None:
@@ -188,27 +187,32 @@ def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
     if found is not None:
         return found
     data, scales = cached["data"], cached["scales"]
-    if fmt == "mxfp4":
-        if not fp4_scale_fits(cached):
-            return None
-    elif fmt == "mxfp8_e4m3":
-        if not checked_once(cached, "fp8_fits", lambda: fp8_fits(data, scales)):
-            return None
-    elif fmt == "mxint8":
-        if not checked_once(cached, "int8_fits", lambda: int8_fits(data, scales)):
-            return None
-    else:
-        if not checked_once(cached, "fp6_scale_fits", lambda: scale_fits(scales, fmt)):
-            return None
-        if cached["consts"]["W_PACK"] != 0:
-            data = unpack_codes(data.view(torch.uint8), get_format(fmt), "packed", k)
+    fits = fp4_scale_fits(cached) if fmt == "mxfp4" else (  # (mxfp4's: shared with gemv / mma)
+        checked_once(cached, "wgmma_layout_fits", lambda: layout_fits(fmt, data, scales)))
+    if not fits:
+        return None
+    if fmt.startswith("mxfp6") and cached["consts"]["W_PACK"] != 0:
+        data = unpack_codes(data.view(torch.uint8), get_format(fmt), "packed", k)
     return cached.setdefault(_LAYOUT_KEY, layout_of(fmt, data, scales))
+
+
+def layout_fits(fmt: str, codes: Tensor, scales: Tensor) -> bool:
+    """Whether the one layout of `fmt` holds a weight exactly (a device sync: callers check once
+    per weight): mxfp4 scale bytes up to 128 (`fast_fp4_scale`), mxfp6's `scale_fits`, mxfp8's
+    `fp8_fits`, mxint8's `int8_fits`; dense weights (`one_layout`) and experts
+    (moe_wgmma.layout_holds) alike."""
+    fits = _FITS.get(fmt)
+    return fits(codes, scales) if fits is not None else scale_fits(scales, fmt)
+
+
+_FITS = {"mxfp4": lambda codes, scales: fast_fp4_scale(scales), "mxfp8_e4m3": fp8_fits,
+         "mxint8": int8_fits}  # (else mxfp6: scale_fits, its format named)
 
 
 def layout_of(fmt: str, data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     """(words, scale bytes, B words or None) of [N, K] weight rows in the one layout: mxfp4 as
     packed data, mxfp6 as one code a byte, mxfp8 / mxint8 as their codes; the caller checked
-    the scales fit (one_layout for a dense weight, moe_wgmma.expert_layout for every expert at once)."""
+    `layout_fits` (one_layout for a dense weight, moe_wgmma for every expert at once)."""
     shape = (CHUNK_K, WGMMA_WARPS)
     if fmt == "mxfp4":
         return (*wgmma_layout(data, scales, *shape, ALIGN), None)
@@ -224,5 +228,5 @@ def layout_of(fmt: str, data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, O
 _LAYOUT_KEY = "wgmma_layout"
 
 
-__all__ = ["BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig", "WgmmaPlan", "layout_of",
-           "one_layout", "weight_format", "weight_programs", "wgmma_plan"]
+__all__ = ["BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig", "WgmmaPlan", "layout_fits",
+           "layout_of", "one_layout", "weight_format", "weight_programs", "wgmma_plan"]

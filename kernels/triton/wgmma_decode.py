@@ -3,8 +3,9 @@ outputs land on wgmma's A operand layout with no data movement, and small layout
 
 Each decoder has a torch twin that replays its PTX step for step: fp4_words.wgmma_decode
 (mxfp4), fp6_words.wgmma_decode_fp6 (mxfp6), fp8_words.wgmma_decode_fp8 (mxfp8 e4m3) and
-int8_words.wgmma_decode_int8 (mxint8); CPU CI checks the twins against the reference dequantization at every code and scale byte, the PTX
-against the twins (tests/kernels/triton/test_wgmma_ptx.py), the GPU tests the kernel itself.
+int8_words.wgmma_decode_int8 (mxint8); CPU CI checks the twins against the reference
+dequantization at every code and scale byte, the PTX against the twins
+(tests/kernels/triton/test_wgmma_ptx.py), the GPU tests the kernel itself.
 """
 from __future__ import annotations
 

@@ -67,8 +67,10 @@ def test_the_layout_holds_what_the_dense_layouts_hold() -> None:
     128, mxfp6 `scale_fits`, mxfp8 `fp8_fits`, mxint8 `int8_fits`); past them the grouped
     Triton kernel runs the experts (moe_grouped asks it before taking this path)."""
     gen = torch.Generator().manual_seed(3)
-    cases = [(experts(2, 64, 256, gen), 129), (experts6("mxfp6_e3m2", 2, 64, 256, "packed", gen), 200),
-             (experts8("mxfp8_e4m3", 2, 64, 256, gen), 135), (experts8("mxint8", 2, 64, 256, gen), 128)]
+    cases = [(experts(2, 64, 256, gen), 129),
+             (experts6("mxfp6_e3m2", 2, 64, 256, "packed", gen), 200),
+             (experts8("mxfp8_e4m3", 2, 64, 256, gen), 135),
+             (experts8("mxint8", 2, 64, 256, gen), 128)]
     for w, past in cases:
         cached: dict = {}
         assert moe_wgmma.layout_holds(cached, w) and cached["wgmma_scale_fits"], w.fmt

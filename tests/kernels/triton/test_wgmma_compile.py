@@ -1,7 +1,7 @@
 """The one-partition wgmma kernel (kernels/triton/linear_wgmma.py) compiled for sm_90a on the CPU
-(CI: this triton's Gluon and ptxas, no GPU needed), in one fresh process: every format, MoE, K
-tails, tile sizes, split-K and gated part (mxint8 weights too) (two warpgroups, the fused activation QDQ, K halves,
-rep 2, x by TMA) compiles with no decoded weight value through shared memory.
+(CI: this triton's Gluon and ptxas, no GPU needed), in one fresh process: every format (mxint8
+too), MoE, K tails, tile sizes, split-K and gated part (two warpgroups, the fused activation
+QDQ, K halves, rep 2, x by TMA) compiles with no decoded weight value through shared memory.
 """
 from __future__ import annotations
 
