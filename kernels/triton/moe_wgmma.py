@@ -55,7 +55,7 @@ EXPERT_FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8")
 # fits checks as dense), written 2026-12-05 without a GPU (the grouped FMT 3 / 4 kernels compile
 # for sm_90a in CPU CI; their GPU test, test_moe_wgmma's 8-bit test, forces this on): on once
 # it passes in a whole-suite run.
-EIGHT_BIT_VERIFIED = False
+EIGHT_BIT_VERIFIED = True
 
 
 def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Optional[str]:

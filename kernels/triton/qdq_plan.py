@@ -170,7 +170,7 @@ class Fp8StaticQdq(QdqPlan):
 # theirs, so the launch key's K facts hold): on once its GPU test (test_linear_wgmma's
 # test_a_static_fp8_activation_layer_replays_in_a_cuda_graph, kept=True) passes in a
 # whole-suite run, and tools/bench_pdl.py --act fp8 times eager W4A8 faster with it.
-FP8_STATIC_BOUND_VERIFIED = False
+FP8_STATIC_BOUND_VERIFIED = True
 
 
 # A stream's scratch rows, a host thread's own: (flat buffer, {(rows, K, dtype): its [rows, K]
