@@ -2,6 +2,7 @@
 
     python tools/bench_quant.py [--quick] [--shape 8192x8192] [--out results.json]
         [--kernels quantize,dequantize,qdq] [--hw-cvt gate|off|on|both]
+        [--tiles 16x256w4,32x256w4,16x512w8]
 
 For every format x layout x rounding (--quick: a subset), on a bf16 [R, K] input:
 1. bits: Triton == kernels.reference.mx for quantize (data + scales), dequantize (-> bf16) and
@@ -15,7 +16,10 @@ For every format x layout x rounding (--quick: a subset), on a bf16 [R, K] input
    device, torch / triton versions and date; --out writes JSON.
 --hw-cvt both times quantize / dequantize with the GPU-instruction paths (kernels/triton/hw_cvt.py,
 fp4_lanes.py) off and then on, one row each ("hw cvt" in the config column), bits checked both
-ways. Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
+ways. --tiles times quantize / dequantize under each listed tile (rows x K x warps, through
+mx_quant.TILE_OVERRIDE) beside the shipped one, bits checked under each: the tiles were chosen
+on 2026-11-29 / 12-03, before the GPU-instruction paths changed each element's work.
+Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
 """
 from __future__ import annotations
 
@@ -145,12 +149,46 @@ def paths(choice: str) -> list[bool | None]:
     return {"gate": [None], "off": [False], "on": [True], "both": [False, True]}[choice]
 
 
+def parse_tiles(text: str) -> list[tuple[int, int, int] | None]:
+    """'16x256w4,32x256w8' -> [None (the shipped tile), (16, 256, 4), (32, 256, 8)]; a bad
+    entry raises ValueError naming it and the form."""
+    tiles: list[tuple[int, int, int] | None] = [None]
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        try:
+            rows_k, warps = item.lower().split("w")
+            rows, cols = (int(v) for v in rows_k.split("x"))
+            tile = (rows, cols, int(warps))
+        except ValueError:
+            raise ValueError(f"--tiles {item!r}: expected ROWSxKwWARPS, e.g. 16x256w4") from None
+        if any(v & (v - 1) or v <= 0 for v in tile) or cols % 64:
+            raise ValueError(f"--tiles {item!r}: rows, K and warps must be powers of two, K a "
+                             "multiple of 64 (whole fp4 bytes and fp6 chunks)")
+        tiles.append(tile)
+    return tiles
+
+
 def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
              copy_tbs: float, time_reference: bool, seed: int,
              only: tuple = ("quantize", "dequantize", "qdq"),
-             cvt: bool | None = None) -> tuple[list[dict], list[str]]:
+             cvt: bool | None = None,
+             tile: tuple[int, int, int] | None = None) -> tuple[list[dict], list[str]]:
     """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes gates for it
-    (None: as they are)."""
+    (None: as they are); `tile` (rows, K, warps) replaces quantize's and dequantize's tile
+    for it (None: the shipped one)."""
+    if tile is not None:
+        pack = tri.pack_code(FORMATS[name], layout)
+        keys = [(kernel, pack) for kernel in ("quantize", "dequantize")]
+        kept = {key: tri.TILE_OVERRIDE.get(key) for key in keys}
+        tri.TILE_OVERRIDE.update({key: tile for key in keys})
+        try:
+            return run_case(name, layout, rounding, shape, device, copy_tbs, time_reference,
+                            seed, tuple(k for k in only if k != "qdq"), cvt)
+        finally:
+            for key, old in kept.items():
+                if old is None:
+                    tri.TILE_OVERRIDE.pop(key, None)
+                else:
+                    tri.TILE_OVERRIDE[key] = old
     if cvt is None:
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
@@ -208,7 +246,7 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
         ms = median_ms(rotating(tri_fn, inputs), device)
         pack = tri.pack_code(fmt, layout)
         config = ("interpreter" if tri._INTERPRETED
-                  else f"{tri.gpu_tile(kernel, pack)}, num_warps {tri.GPU_WARPS}")
+                  else f"{tri.gpu_tile(kernel, pack)}, num_warps {tri.gpu_warps(kernel, pack)}")
         sm = device_platform(device).sm
         lanes = fp4_lanes.lanes_here(name, 1, pack, tri._INTERPRETED, sm)
         if kernel != "qdq" and (hw_cvt.enabled(tri._INTERPRETED, sm) or lanes):
@@ -240,7 +278,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="quantize / dequantize through the GPU-instruction paths "
                              "(kernels/triton/hw_cvt.py, fp4_lanes.py): as their gates say, off, "
                              "on, or both, one row each")
+    parser.add_argument("--tiles", default="",
+                        help="comma-separated ROWSxKwWARPS tiles (e.g. 16x512w8) to time "
+                             "quantize / dequantize under, beside the shipped tile")
     args = parser.parse_args(argv)
+    try:
+        tiles = parse_tiles(args.tiles)
+    except ValueError as err:
+        parser.error(str(err))
     try:
         r, k = (int(v) for v in args.shape.lower().split("x"))
     except ValueError:
@@ -264,11 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     if not only or set(only) - {"quantize", "dequantize", "qdq"}:
         parser.error(f"--kernels {args.kernels!r}: a comma-separated subset of quantize, "
                      "dequantize, qdq")
-    runs = [(case, cvt) for case in cases(args.quick, roundings)
-            for cvt in paths(args.hw_cvt)]
-    for i, ((fmt_name, layout, rounding), cvt) in enumerate(runs):
+    runs = [(case, cvt, tile) for case in cases(args.quick, roundings)
+            for cvt in paths(args.hw_cvt) for tile in tiles]
+    for i, ((fmt_name, layout, rounding), cvt, tile) in enumerate(runs):
         rows, bad = run_case(fmt_name, layout, rounding, (r, k), device, copy_tbs,
-                             not args.no_reference_time, seed=i, only=only, cvt=cvt)
+                             not args.no_reference_time, seed=i, only=only, cvt=cvt, tile=tile)
         problems += bad
         results += rows
         for row in rows:

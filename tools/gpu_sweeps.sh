@@ -51,6 +51,8 @@
 #   OUT=/tmp/out STEPS=moe8 bash tools/gpu_sweeps.sh            (8-bit experts: wgmma against
 #     the grouped Triton kernel, after the whole suite ran green with their GPU test)
 #   OUT=/tmp/out STEPS=fp8_eager bash tools/gpu_sweeps.sh       (W4A8 eager, its Bound off / on)
+#   OUT=/tmp/out STEPS=quant_tiles bash tools/gpu_sweeps.sh     (quantize / dequantize tiles,
+#     ~4 min: the packed layouts miss issue 16's 85 % of copy on the H200, part 24)
 # STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
 # 600 s a call; "wide" is step 1, decided 2026-12-03).
 set -uo pipefail
@@ -92,6 +94,13 @@ done; python3 tools/bench_moe.py --backends triton --experts 64 --top-k 6 --n 20
 step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
   --kernels "${QUANT_KERNELS:-quantize,dequantize}" --no-reference-time --hw-cvt "${HW_CVT:-both}" \
   --out "$OUT/quant_cvt.json"
+# quantize / dequantize of the --quick cases (mxfp4 and mxfp6 e2m3 packed among them) under
+# other tiles beside the shipped ones (16 x 256, 4 warps; packed mxfp6 quantize 32 x 256): those
+# were chosen before the GPU-instruction paths (hw_cvt, fp4_lanes) changed each element's work
+# and registers (packed mxfp6 quantize: 64 a thread, half the resident warps; part 25)
+step quant_tiles "${QTILES_S:-300}" python3 tools/bench_quant.py --quick --roundings even \
+  --kernels quantize,dequantize --no-reference-time --out "$OUT/quant_tiles.json" \
+  --tiles "${QUANT_TILES:-16x256w4,32x256w4,32x256w8,16x512w8,8x256w4,8x512w4,16x128w2}"
 # 8-bit experts (mxfp8 e4m3 / mxint8) on wgmma (moe_wgmma.EIGHT_BIT_VERIFIED, written
 # 2026-12-05 without a GPU) beside the grouped Triton kernel that runs them today, issue 16's
 # three shapes; switch the gate on if the whole suite is green and this is faster everywhere

@@ -1,7 +1,7 @@
 """Offline SASS instructions per element of the Triton MX quantize / dequantize kernels.
 
     PYTHONPATH=/tmp/t36site python tools/sass_quant.py --kernel quantize --dtype bf16 \
-        [--formats mxfp4,mxint8] [--layouts packed,unpacked] [--cvt] [--hist]
+        [--formats mxfp4,mxint8] [--layouts packed,unpacked] [--cvt] [--hist] [--tile 16x512w8]
 
 Why: an instruction count is what a change to the element math moves, and it can be read
 without a GPU. It does not predict the time: on 2026-12-03 (H200) two versions with a quarter
@@ -78,7 +78,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cvt", action="store_true",
                    help="also the variant converting through fp8 (kernels/triton/hw_cvt.py), "
                         "where the format has an fp8 carrier")
+    p.add_argument("--tile", default="",
+                   help="ROWSxKwWARPS (e.g. 16x512w8) in place of the shipped tiles "
+                        "(mx_quant.TILE_OVERRIDE; what tools/bench_quant.py --tiles times)")
     args = p.parse_args(argv)
+    tile = re.fullmatch(r"(\d+)x(\d+)w(\d+)", args.tile.lower())
+    if args.tile and tile is None:
+        p.error(f"--tile {args.tile!r}: expected ROWSxKwWARPS, e.g. 16x512w8")
+    args.tile = tuple(int(v) for v in tile.groups()) if tile else None
     args.formats = [f for f in args.formats.split(",") if f]
     args.layouts = [lay for lay in args.layouts.split(",") if lay]
     for name in args.formats:
@@ -112,8 +119,16 @@ def registers(cubin: bytes) -> int:
     return int(re.search(r"REG:(\d+)", out).group(1))
 
 
+def data_pointer(pack: int) -> str:
+    """The codes' pointer type the launches pass for layout code `pack` (mx_quant.quantize /
+    dequantize): int32 words for packed mxfp6 (PACK 2), bytes otherwise. (Until 2026-12-05 the
+    packed mxfp4 dequantize was compiled here on int32: other loads, 34 registers, not 40.)"""
+    return "*i32" if pack == 2 else "*u8"
+
+
 def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
-                 cvt: bool = False, info: dict | None = None) -> tuple[str, int]:
+                 cvt: bool = False, info: dict | None = None,
+                 tile_override: tuple[int, int, int] | None = None) -> tuple[str, int]:
     """(SASS text, elements one thread owns) of one variant, compiled for sm_90a; `cvt`: the
     GPU-instruction paths (hw_cvt, fp4_lanes) where the variant has one; `info` (a dict)
     receives the kernel's "registers"."""
@@ -133,16 +148,18 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
         lanes = cvt and fp4_lanes.lanes_fit(name, KIND_OF_DTYPE[tdtype], pack)
         consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
                                               cvt=code, asm=True, lanes=lanes)
-        ptrs = {"x_ptr": elem, "data_ptr": "*i32" if pack == 2 else "*u8",
-                "scale_ptr": "*u8"}
+        ptrs = {"x_ptr": elem, "data_ptr": data_pointer(pack), "scale_ptr": "*u8"}
     else:
         fn = mx_quant._dequantize_kernel
         code = hw_cvt.carrier(fmt)[0] if cvt else 0
         sat = cvt and hw_cvt.sat_cast_fits(fmt, KIND_OF_DTYPE[tdtype])
         consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True, cvt=code,
                                                 sat_cast=sat)
-        ptrs = {"data_ptr": "*i32" if pack else "*u8", "scale_ptr": "*u8", "out_ptr": elem}
+        ptrs = {"data_ptr": data_pointer(pack), "scale_ptr": "*u8", "out_ptr": elem}
+    if tile_override is not None:
+        mx_quant.TILE_OVERRIDE[kernel, pack] = tile_override
     tile = mx_quant.gpu_tile(kernel, pack)
+    warps = mx_quant.gpu_warps(kernel, pack)
     consts.update(tile)
     sig, attrs = {}, {}
     for i, arg in enumerate(fn.arg_names):
@@ -157,8 +174,8 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
     consts = {k: v for k, v in consts.items() if k in fn.arg_names}
     src = triton.compiler.ASTSource(fn, sig, consts, attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": mx_quant.GPU_WARPS})
-    per_thread = tile["BLOCK_R"] * tile["BLOCK_K"] // (32 * mx_quant.GPU_WARPS)
+                              options={"num_warps": warps})
+    per_thread = tile["BLOCK_R"] * tile["BLOCK_K"] // (32 * warps)
     if info is not None:
         info["registers"] = registers(compiled.asm["cubin"])
     return compiled.asm["sass"], per_thread
@@ -186,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         for cvt in paths:
             info: dict = {}
             sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype,
-                                            args.rounding, cvt, info)
+                                            args.rounding, cvt, info, args.tile)
             n = count_instructions(sass)
             path = ("hw cvt" if cvt else "encode") if args.kernel == "quantize" else (
                 "hw cvt" if cvt else "decode")

@@ -191,15 +191,26 @@ INTERPRETER_TILE = {"BLOCK_R": 16, "BLOCK_K": 64}
 # multiple of 64 keeps fp4 bytes and fp6 words whole; tails are masked.
 GPU_TILE = {"BLOCK_R": 16, "BLOCK_K": 256}
 GPU_WARPS = 4
+# A sweep's hook (tools/bench_quant.py --tiles): {(kernel, pack): (BLOCK_R, BLOCK_K, num_warps)}
+# in place of the shipped tile; empty in use.
+TILE_OVERRIDE: dict[tuple[str, int], tuple[int, int, int]] = {}
 
 
 def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
     """The GPU tile of `kernel` ('quantize', 'dequantize' or 'qdq') for layout code `pack`."""
     if kernel not in ("quantize", "dequantize", "qdq"):
         raise ValueError(f"{_WHERE}.gpu_tile: unknown kernel {kernel!r}")
+    if (kernel, pack) in TILE_OVERRIDE:
+        rows, cols, _ = TILE_OVERRIDE[kernel, pack]
+        return {"BLOCK_R": rows, "BLOCK_K": cols}
     if kernel == "quantize" and pack == 2:  # H200 2026-12-03: 66.2 against 68.7 us (8192^2)
         return {"BLOCK_R": 2 * GPU_TILE["BLOCK_R"], "BLOCK_K": GPU_TILE["BLOCK_K"]}
     return dict(GPU_TILE)
+
+
+def gpu_warps(kernel: str, pack: int) -> int:
+    """Warps a GPU program of `kernel` for layout code `pack` runs (its tile: `gpu_tile`)."""
+    return TILE_OVERRIDE[kernel, pack][2] if (kernel, pack) in TILE_OVERRIDE else GPU_WARPS
 
 
 def _tile(kernel: str, pack: int) -> dict[str, int]:
@@ -212,13 +223,14 @@ _KERNELS = {_quantize_kernel: "quantize", _dequantize_kernel: "dequantize"}  # (
 
 def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
     """Run `kernel` over an [r, k] grid of tiles."""
-    tile = _tile(_KERNELS.get(kernel, "qdq"), consts.get("PACK", 0))
-    extra = {} if _INTERPRETED else {"num_warps": GPU_WARPS}
+    name, pack = _KERNELS.get(kernel, "qdq"), consts.get("PACK", 0)
+    tile = _tile(name, pack)
     grid = (launcher.cdiv(r, tile["BLOCK_R"]), launcher.cdiv(k, tile["BLOCK_K"]))
     named = dict(consts, **tile)
     head = (*ptrs, r, k, *strides)
     args = head + tuple(named[name] for name in kernel.arg_names[len(head):])
-    launcher.launch_auto(kernel, grid, args, num_warps=extra.get("num_warps", 4))
+    launcher.launch_auto(kernel, grid, args,
+                         num_warps=GPU_WARPS if _INTERPRETED else gpu_warps(name, pack))
 
 
 # ----------------------------------------------------------------------------- public API

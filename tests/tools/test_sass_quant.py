@@ -84,3 +84,30 @@ def test_compiles_one_variant_offline() -> None:
                         ("mxfp6_e2m3", "unpacked"), ("mxfp8_e5m2", "unpacked")):
         cvt, enc = per_element[(fmt, layout, "hw cvt")], per_element[(fmt, layout, "encode")]
         assert cvt < 0.9 * enc, (fmt, layout, cvt, enc)
+
+
+@pytest.mark.parametrize("kernel", ["quantize", "dequantize"])
+def test_compiles_on_the_pointer_types_the_launches_pass(kernel: str, monkeypatch) -> None:
+    """The codes' pointer type of each layout is the dtype mx_quant's launch passes (packed
+    mxfp4 dequantize was compiled on int32 words here while its launches pass bytes)."""
+    import torch
+
+    from kernels.reference import mx as ref
+    from kernels.spec.formats import FORMATS
+    from kernels.triton import mx_quant
+
+    seen = {}
+    monkeypatch.setattr(mx_quant, "_launch", lambda fn, ptrs, *a: seen.update(
+        dtype=ptrs[1 if kernel == "quantize" else 0].dtype))
+    want = {"*u8": torch.uint8, "*i32": torch.int32}
+    x = torch.randn(2, 64)
+    for name, layout in sass_quant.variants(kernel, ["mxfp4", "mxfp6_e3m2", "mxint8"],
+                                            ["packed", "unpacked"]):
+        fmt = FORMATS[name]
+        if kernel == "quantize":
+            mx_quant.quantize(x, fmt, "even", layout)
+        else:
+            mx_quant.dequantize(*ref.quantize(x, fmt, "even", layout), fmt, layout, 64,
+                                torch.bfloat16)
+        pack = mx_quant.pack_code(fmt, layout)
+        assert seen.pop("dtype") == want[sass_quant.data_pointer(pack)], (name, layout)
