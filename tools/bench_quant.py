@@ -2,7 +2,7 @@
 
     python tools/bench_quant.py [--quick] [--shape 8192x8192] [--out results.json]
         [--kernels quantize,dequantize,qdq] [--hw-cvt gate|off|on|both]
-        [--tiles 16x256w4,32x256w4,16x512w8]
+        [--tiles 16x256w4,32x256w4,16x512w8] [--word-io gate|off|on|both]
 
 For every format x layout x rounding (--quick: a subset), on a bf16 [R, K] input:
 1. bits: Triton == kernels.reference.mx for quantize (data + scales), dequantize (-> bf16) and
@@ -19,11 +19,14 @@ fp4_lanes.py) off and then on, one row each ("hw cvt" in the config column), bit
 ways. --tiles times quantize / dequantize under each listed tile (rows x K x warps, through
 mx_quant.TILE_OVERRIDE) beside the shipped one, bits checked under each: the tiles were chosen
 on 2026-11-29 / 12-03, before the GPU-instruction paths changed each element's work.
+--word-io both times packed mxfp4 with its codes moved 4 bytes a thread off and on
+(mx_quant.FP4_WORD_IO_VERIFIED), "word io" in the config column.
 Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import itertools
 import json
@@ -167,40 +170,38 @@ def parse_tiles(text: str) -> list[tuple[int, int, int] | None]:
     return tiles
 
 
+@contextlib.contextmanager
+def _setting(obj, **values):
+    """Module attributes set for the duration (None: left as they are)."""
+    kept = {name: getattr(obj, name) for name, v in values.items() if v is not None}
+    try:
+        for name in kept:
+            setattr(obj, name, values[name])
+        yield
+    finally:
+        for name, v in kept.items():
+            setattr(obj, name, v)
+
+
 def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
              copy_tbs: float, time_reference: bool, seed: int,
              only: tuple = ("quantize", "dequantize", "qdq"),
-             cvt: bool | None = None,
-             tile: tuple[int, int, int] | None = None) -> tuple[list[dict], list[str]]:
-    """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes gates for it
-    (None: as they are); `tile` (rows, K, warps) replaces quantize's and dequantize's tile
-    for it (None: the shipped one)."""
-    if tile is not None:
-        pack = tri.pack_code(FORMATS[name], layout)
-        keys = [(kernel, pack) for kernel in ("quantize", "dequantize")]
-        kept = {key: tri.TILE_OVERRIDE.get(key) for key in keys}
-        tri.TILE_OVERRIDE.update({key: tile for key in keys})
-        try:
-            return run_case(name, layout, rounding, shape, device, copy_tbs, time_reference,
-                            seed, tuple(k for k in only if k != "qdq"), cvt)
-        finally:
-            for key, old in kept.items():
-                if old is None:
-                    tri.TILE_OVERRIDE.pop(key, None)
-                else:
-                    tri.TILE_OVERRIDE[key] = old
-    if cvt is None:
+             cvt: bool | None = None, tile: tuple[int, int, int] | None = None,
+             word_io: bool | None = None) -> tuple[list[dict], list[str]]:
+    """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes gates for it,
+    `word_io` mx_quant.FP4_WORD_IO_VERIFIED (None: as they are); `tile` (rows, K, warps)
+    replaces quantize's and dequantize's tile for it (None: the shipped one). Rows for qdq
+    only where neither a tile nor the GPU-instruction paths are forced (it takes neither)."""
+    pack = tri.pack_code(FORMATS[name], layout)
+    override = {} if tile is None else {(kernel, pack): tile
+                                        for kernel in ("quantize", "dequantize")}
+    if cvt or tile is not None:
+        only = tuple(k for k in only if k != "qdq")
+    with _setting(hw_cvt, CVT_VERIFIED=cvt), _setting(fp4_lanes, FP4_LANES_VERIFIED=cvt), \
+            _setting(tri, FP4_WORD_IO_VERIFIED=word_io,
+                     TILE_OVERRIDE={**tri.TILE_OVERRIDE, **override} if override else None):
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
-    kept = hw_cvt.CVT_VERIFIED, fp4_lanes.FP4_LANES_VERIFIED
-    hw_cvt.CVT_VERIFIED = fp4_lanes.FP4_LANES_VERIFIED = cvt
-    try:
-        if cvt:  # qdq does not take the paths
-            only = tuple(k for k in only if k != "qdq")
-        return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference,
-                         seed, only)
-    finally:
-        hw_cvt.CVT_VERIFIED, fp4_lanes.FP4_LANES_VERIFIED = kept
 
 
 def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
@@ -251,6 +252,8 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
         lanes = fp4_lanes.lanes_here(name, 1, pack, tri._INTERPRETED, sm)
         if kernel != "qdq" and (hw_cvt.enabled(tri._INTERPRETED, sm) or lanes):
             config += ", hw cvt"
+        if kernel != "qdq" and pack == 1 and tri.FP4_WORD_IO_VERIFIED:
+            config += ", word io"
         g_ms = graph_ms(tri_fn, inputs, device)
         ref_ms = median_ms(rotating(ref_fn, inputs), device) if time_reference else None
         tbs = nbytes / (ms * 1e-3) / 1e12
@@ -278,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="quantize / dequantize through the GPU-instruction paths "
                              "(kernels/triton/hw_cvt.py, fp4_lanes.py): as their gates say, off, "
                              "on, or both, one row each")
+    parser.add_argument("--word-io", choices=("gate", "off", "on", "both"), default="gate",
+                        help="packed mxfp4's 4-byte code loads / stores "
+                             "(mx_quant.FP4_WORD_IO_VERIFIED): as the gate says, off, on, or both")
     parser.add_argument("--tiles", default="",
                         help="comma-separated ROWSxKwWARPS tiles (e.g. 16x512w8) to time "
                              "quantize / dequantize under, beside the shipped tile")
@@ -309,11 +315,14 @@ def main(argv: list[str] | None = None) -> int:
     if not only or set(only) - {"quantize", "dequantize", "qdq"}:
         parser.error(f"--kernels {args.kernels!r}: a comma-separated subset of quantize, "
                      "dequantize, qdq")
-    runs = [(case, cvt, tile) for case in cases(args.quick, roundings)
-            for cvt in paths(args.hw_cvt) for tile in tiles]
-    for i, ((fmt_name, layout, rounding), cvt, tile) in enumerate(runs):
+    runs = [(case, cvt, tile, wio) for case in cases(args.quick, roundings)
+            for cvt in paths(args.hw_cvt) for tile in tiles
+            for wio in (paths(args.word_io) if case[1] == "packed" and case[0] == "mxfp4"
+                        else [None])]
+    for i, ((fmt_name, layout, rounding), cvt, tile, wio) in enumerate(runs):
         rows, bad = run_case(fmt_name, layout, rounding, (r, k), device, copy_tbs,
-                             not args.no_reference_time, seed=i, only=only, cvt=cvt, tile=tile)
+                             not args.no_reference_time, seed=i, only=only, cvt=cvt, tile=tile,
+                             word_io=wio)
         problems += bad
         results += rows
         for row in rows:

@@ -51,8 +51,9 @@
 #   OUT=/tmp/out STEPS=moe8 bash tools/gpu_sweeps.sh            (8-bit experts: wgmma against
 #     the grouped Triton kernel, after the whole suite ran green with their GPU test)
 #   OUT=/tmp/out STEPS=fp8_eager bash tools/gpu_sweeps.sh       (W4A8 eager, its Bound off / on)
-#   OUT=/tmp/out STEPS=quant_tiles bash tools/gpu_sweeps.sh     (quantize / dequantize tiles,
-#     ~4 min: the packed layouts miss issue 16's 85 % of copy on the H200, part 24)
+#   OUT=/tmp/out STEPS="quant_word_io quant_tiles" bash tools/gpu_sweeps.sh   (quantize /
+#     dequantize: packed mxfp4's 4-byte code moves, then tiles, ~5 min: the packed layouts miss
+#     issue 16's 85 % of copy on the H200, part 24)
 # STEPS names the steps to run (default: host bench_fp8 pdl — together under the device tool's
 # 600 s a call; "wide" is step 1, decided 2026-12-03).
 set -uo pipefail
@@ -101,6 +102,11 @@ step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
 step quant_tiles "${QTILES_S:-300}" python3 tools/bench_quant.py --quick --roundings even \
   --kernels quantize,dequantize --no-reference-time --out "$OUT/quant_tiles.json" \
   --tiles "${QUANT_TILES:-16x256w4,32x256w4,32x256w8,16x512w8,8x256w4,8x512w4,16x128w2}"
+# packed mxfp4's codes moved 4 bytes a thread (mx_quant.FP4_WORD_IO_VERIFIED, written 2026-12-05
+# without a GPU: no shared-memory round trip; benchmarks part 27), off / on, bits checked both
+# ways; every dtype (bf16 in issue 16's figure; fp16 / fp32 took the same change)
+step quant_word_io "${QWIO_S:-200}" python3 tools/bench_quant.py --quick --roundings even \
+  --kernels quantize,dequantize --no-reference-time --word-io both --out "$OUT/quant_word_io.json"
 # 8-bit experts (mxfp8 e4m3 / mxint8) on wgmma (moe_wgmma.EIGHT_BIT_VERIFIED, written
 # 2026-12-05 without a GPU) beside the grouped Triton kernel that runs them today, issue 16's
 # three shapes; switch the gate on if the whole suite is green and this is faster everywhere

@@ -2,6 +2,7 @@
 
     PYTHONPATH=/tmp/t36site python tools/sass_quant.py --kernel quantize --dtype bf16 \
         [--formats mxfp4,mxint8] [--layouts packed,unpacked] [--cvt] [--hist] [--tile 16x512w8]
+        [--word-io]
 
 Why: an instruction count is what a change to the element math moves, and it can be read
 without a GPU. It does not predict the time: on 2026-12-03 (H200) two versions with a quarter
@@ -78,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cvt", action="store_true",
                    help="also the variant converting through fp8 (kernels/triton/hw_cvt.py), "
                         "where the format has an fp8 carrier")
+    p.add_argument("--word-io", action="store_true",
+                   help="packed mxfp4's 4-byte code loads / stores (mx_quant.FP4_WORD_IO_VERIFIED)")
     p.add_argument("--tile", default="",
                    help="ROWSxKwWARPS (e.g. 16x512w8) in place of the shipped tiles "
                         "(mx_quant.TILE_OVERRIDE; what tools/bench_quant.py --tiles times)")
@@ -128,7 +131,8 @@ def data_pointer(pack: int) -> str:
 
 def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
                  cvt: bool = False, info: dict | None = None,
-                 tile_override: tuple[int, int, int] | None = None) -> tuple[str, int]:
+                 tile_override: tuple[int, int, int] | None = None,
+                 word_io: bool = False) -> tuple[str, int]:
     """(SASS text, elements one thread owns) of one variant, compiled for sm_90a; `cvt`: the
     GPU-instruction paths (hw_cvt, fp4_lanes) where the variant has one; `info` (a dict)
     receives the kernel's "registers"."""
@@ -147,14 +151,15 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
         code = hw_cvt.carrier(fmt)[0] if cvt else 0
         lanes = cvt and fp4_lanes.lanes_fit(name, KIND_OF_DTYPE[tdtype], pack)
         consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
-                                              cvt=code, asm=True, lanes=lanes)
+                                              cvt=code, asm=True, lanes=lanes,
+                                              word_io=word_io)
         ptrs = {"x_ptr": elem, "data_ptr": data_pointer(pack), "scale_ptr": "*u8"}
     else:
         fn = mx_quant._dequantize_kernel
         code = hw_cvt.carrier(fmt)[0] if cvt else 0
         sat = cvt and hw_cvt.sat_cast_fits(fmt, KIND_OF_DTYPE[tdtype])
         consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True, cvt=code,
-                                                sat_cast=sat)
+                                                sat_cast=sat, word_io=word_io)
         ptrs = {"data_ptr": data_pointer(pack), "scale_ptr": "*u8", "out_ptr": elem}
     if tile_override is not None:
         mx_quant.TILE_OVERRIDE[kernel, pack] = tile_override
@@ -203,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         for cvt in paths:
             info: dict = {}
             sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype,
-                                            args.rounding, cvt, info, args.tile)
+                                            args.rounding, cvt, info, args.tile, args.word_io)
             n = count_instructions(sass)
             path = ("hw cvt" if cvt else "encode") if args.kernel == "quantize" else (
                 "hw cvt" if cvt else "decode")

@@ -338,8 +338,10 @@ def _join4(a0, a1, a2, a3, BLOCK_R: tl.constexpr, N: tl.constexpr):
 
 @triton.jit
 def load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK: tl.constexpr,
-               BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Element codes [BLOCK_R, BLOCK_K] (int32) of a tile, unpacked per the layout."""
+               BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr = False):
+    """Element codes [BLOCK_R, BLOCK_K] (int32) of a tile, unpacked per the layout. WORD_IO
+    (PACK 1): 4-byte loads, so a thread holds the 8 codes one 16-byte bf16 store takes
+    (mx_quant's FP4_WORD_IO_VERIFIED)."""
     row_ok = (rows < R)[:, None]
     d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
     if PACK == 0:
@@ -348,6 +350,8 @@ def load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK: 
         codes = codes.to(tl.int32)  # bits above the code width: ignored by decode
     elif PACK == 1:
         cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        if WORD_IO:
+            cols = tl.max_contiguous(cols, 4)
         b = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K // 2)[None, :], other=0)
         b = b.to(tl.int32)
         codes = tl.reshape(tl.join(b & 0xF, b >> 4), [BLOCK_R, BLOCK_K])

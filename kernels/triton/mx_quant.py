@@ -44,11 +44,13 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      SPECIALS: tl.constexpr, ROUNDING: tl.constexpr, PACK: tl.constexpr,
                      ROW16B: tl.constexpr, CVT: tl.constexpr, CVT_SHIFT: tl.constexpr,
                      CVT_CLAMP: tl.constexpr, CVT_ASM: tl.constexpr, LANES: tl.constexpr,
-                     LANES_ASM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                     LANES_ASM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+                     WORD_IO: tl.constexpr = False):
     """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
     which Triton's own specialization (multiples of 16) misses when K % 256 != 0.
     CVT != 0: the elements round through an fp8 conversion (hw_cvt.cvt_codes; PTX where
-    CVT_ASM). LANES: mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where LANES_ASM)."""
+    CVT_ASM). LANES: mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where LANES_ASM).
+    WORD_IO (PACK 1): 4-byte code stores (`FP4_WORD_IO_VERIFIED`)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -74,7 +76,7 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     if LANES and PACK == 1:
         pairs = lane_bytes(h, e, bad, ROUNDING == 0, True, LANES_ASM, BLOCK_R, BLOCK_K)
         byte, _ = tl.split(tl.reshape(pairs, [BLOCK_R, BLOCK_K // 2, 2]))
-        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        cols = _byte_cols(pid_k, BLOCK_K, WORD_IO)
         tl.store(d_row + cols[None, :], byte, mask=row_ok & (cols < K // 2)[None, :])
     else:
         if LANES:  # one code a byte (uint8)
@@ -82,7 +84,7 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
         elif CVT != 0:  # uint8 codes, or (PACK 2) int32 parts whose pack4 is the group
             codes = tl.reshape(cvt_codes(x, e, bad, CVT, CVT_SHIFT, CVT_CLAMP, CVT_ASM,
                                          PACK == 2), [BLOCK_R, BLOCK_K])
-        _store_codes(codes, d_row, row_ok, pid_k, K, PACK, BLOCK_R, BLOCK_K)
+        _store_codes(codes, d_row, row_ok, pid_k, K, PACK, BLOCK_R, BLOCK_K, WORD_IO)
     blk = pid_k * NB + tl.arange(0, NB)
     sbyte = tl.where(bad, 255, e + 127).to(tl.uint8)
     tl.store(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :], sbyte,
@@ -90,16 +92,28 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
 
 
 @triton.jit
+def _byte_cols(pid_k, BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr):
+    """The packed mxfp4 byte columns of tile pid_k; WORD_IO: declared contiguous in runs of 4
+    only, so the codes' loads / stores are 4 bytes a thread: the 8 elements a thread holds in
+    the bf16 side's 16-byte vectors. (Without it the bytes move 16 to a thread, and Triton
+    re-spreads them through shared memory: 3-7 barriers a program, sm_90a, benchmarks part 27.)"""
+    cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    if WORD_IO:
+        cols = tl.max_contiguous(cols, 4)
+    return cols
+
+
+@triton.jit
 def _store_codes(codes, d_row, row_ok, pid_k, K, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
+                 BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr):
     """Element codes [BLOCK_R, BLOCK_K] stored in layout PACK (int32; uint8 for PACK 0; for
-    PACK 2 any int32 whose fp6_store.pack4 is each four codes' group)."""
+    PACK 2 any int32 whose fp6_store.pack4 is each four codes' group); WORD_IO: `_byte_cols`."""
     if PACK == 0:
         cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
         tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
     elif PACK == 1:
         lo, hi = tl.split(tl.reshape(codes, [BLOCK_R, BLOCK_K // 2, 2]))
-        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        cols = _byte_cols(pid_k, BLOCK_K, WORD_IO)
         tl.store(d_row + cols[None, :], (lo | (hi << 4)).to(tl.uint8),
                  mask=row_ok & (cols < K // 2)[None, :])
     else:
@@ -113,9 +127,11 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                        BIAS: tl.constexpr, BITS: tl.constexpr, IS_INT: tl.constexpr,
                        SPECIALS: tl.constexpr, PACK: tl.constexpr, HW_CAST: tl.constexpr,
                        CVT: tl.constexpr, CVT_SHIFT: tl.constexpr, CVT_ASM: tl.constexpr,
-                       SAT_CAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                       SAT_CAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+                       WORD_IO: tl.constexpr = False):
     """CVT != 0: the codes decode through the fp8 -> f16 conversion (hw_cvt.cvt_values);
-    SAT_CAST: the output is saturated and rounded by one conversion (hw_cvt.satfinite_cast)."""
+    SAT_CAST: the output is saturated and rounded by one conversion (hw_cvt.satfinite_cast);
+    WORD_IO (PACK 1): 4-byte code loads (`FP4_WORD_IO_VERIFIED`)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -132,7 +148,8 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
         d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
         codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
     else:
-        codes = load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K)
+        codes = load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K,
+                           WORD_IO)
     blk = pid_k * NB + tl.arange(0, NB)
     sbyte = tl.load(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :],
                     mask=row_ok & (blk < K // 32)[None, :], other=0).to(tl.int32)
@@ -191,6 +208,13 @@ INTERPRETER_TILE = {"BLOCK_R": 16, "BLOCK_K": 64}
 # multiple of 64 keeps fp4 bytes and fp6 words whole; tails are masked.
 GPU_TILE = {"BLOCK_R": 16, "BLOCK_K": 256}
 GPU_WARPS = 4
+# Packed mxfp4's codes moved 4 bytes a thread (`_byte_cols`; the kernels' WORD_IO): written
+# 2026-12-05 without a GPU. Offline (sm_90a, triton 3.6, benchmarks part 27) it takes out the
+# shared-memory round trip between the bytes and the bf16 side: quantize (bf16) 437 -> 429
+# SASS a thread and 3 -> 1 barriers, dequantize 40 -> 32 registers and 7 -> 1 barriers. Its
+# bits are the same (only a contiguity hint changes); whether it is faster is for the GPU:
+# tools/bench_quant.py --word-io both (gpu_sweeps step quant_tiles) times it off / on.
+FP4_WORD_IO_VERIFIED = False
 # A sweep's hook (tools/bench_quant.py --tiles): {(kernel, pack): (BLOCK_R, BLOCK_K, num_warps)}
 # in place of the shipped tile; empty in use.
 TILE_OVERRIDE: dict[tuple[str, int], tuple[int, int, int]] = {}
@@ -289,11 +313,11 @@ def pack_code(fmt: ElemFormat, layout: str) -> int:
 
 def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, rounding: str,
                         rows16b: bool, cvt: int = 0, asm: bool = False,
-                        lanes: bool = False) -> dict:
+                        lanes: bool = False, word_io: bool = False) -> dict:
     """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: packed mxfp6
     data whose row stride in int32 words is a multiple of 4 (16-byte vector stores); `cvt`:
     hw_cvt's CVT code (0: `encode`), `lanes`: fp4_lanes' path, each through PTX where
-    `asm`."""
+    `asm`; `word_io`: packed mxfp4's 4-byte stores (`_byte_cols`)."""
     pack = pack_code(fmt, layout)
     consts = format_constexprs(fmt)
     rcode = ROUNDING_CODE[check_rounding(rounding)]
@@ -301,20 +325,24 @@ def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, roundi
     consts.update(IN_KIND=KIND_OF_DTYPE[dtype], ROUNDING=rcode, PACK=pack,
                   ROW16B=pack == 2 and rows16b, CVT=cvt, CVT_SHIFT=shift,
                   CVT_CLAMP=hw_cvt.clamp_of(fmt, shift, rounding) if cvt else 0.0,
-                  CVT_ASM=bool(cvt) and asm, LANES=lanes, LANES_ASM=lanes and asm)
+                  CVT_ASM=bool(cvt) and asm, LANES=lanes, LANES_ASM=lanes and asm,
+                  WORD_IO=word_io and pack == 1)
     return consts
 
 
 def dequantize_constexprs(fmt: ElemFormat, layout: str, out_dtype: torch.dtype,
-                          hw_cast: bool, cvt: int = 0, sat_cast: bool = False) -> dict:
+                          hw_cast: bool, cvt: int = 0, sat_cast: bool = False,
+                          word_io: bool = False) -> dict:
     """_dequantize_kernel's constexprs (also tools/sass_quant.py's); `cvt` as for quantize,
-    through PTX where `hw_cast` (a compiled kernel); `sat_cast`: hw_cvt.sat_cast_here's."""
+    through PTX where `hw_cast` (a compiled kernel); `sat_cast`: hw_cvt.sat_cast_here's;
+    `word_io`: packed mxfp4's 4-byte loads (`_byte_cols`)."""
     consts = format_constexprs(fmt)
     for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
         consts.pop(name)
     consts.update(OUT_KIND=KIND_OF_DTYPE[out_dtype], PACK=pack_code(fmt, layout),
                   HW_CAST=hw_cast, CVT=cvt, CVT_SHIFT=hw_cvt.carrier(fmt)[1] if cvt else 0,
-                  CVT_ASM=bool(cvt) and hw_cast, SAT_CAST=sat_cast)
+                  CVT_ASM=bool(cvt) and hw_cast, SAT_CAST=sat_cast,
+                  WORD_IO=word_io and pack_code(fmt, layout) == 1)
     return consts
 
 
@@ -340,7 +368,8 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
                                    device=x.device)
     if r and k:
         consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0,
-                                     cvt, asm=not _INTERPRETED, lanes=lanes)
+                                     cvt, asm=not _INTERPRETED, lanes=lanes,
+                                     word_io=FP4_WORD_IO_VERIFIED)
         _launch(_quantize_kernel, (bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales
@@ -381,7 +410,8 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
         consts = dequantize_constexprs(
             fmt, layout, out_dtype, hw_cast=not _INTERPRETED,
             cvt=hw_cvt.cvt_here(fmt, _INTERPRETED, sm),
-            sat_cast=hw_cvt.sat_cast_here(fmt, KIND_OF_DTYPE[out_dtype], _INTERPRETED, sm))
+            sat_cast=hw_cvt.sat_cast_here(fmt, KIND_OF_DTYPE[out_dtype], _INTERPRETED, sm),
+            word_io=FP4_WORD_IO_VERIFIED)
         _launch(_dequantize_kernel, (data, scales, bits_view(out)), r, k,
                 (data.stride(0), scales.stride(0), out.stride(0)), consts)
     return out
