@@ -19,8 +19,9 @@ fp4_lanes.py) off and then on, one row each ("hw cvt" in the config column), bit
 ways. --tiles times quantize / dequantize under each listed tile (rows x K x warps, through
 mx_quant.TILE_OVERRIDE) beside the shipped one, bits checked under each: the tiles were chosen
 on 2026-11-29 / 12-03, before the GPU-instruction paths changed each element's work.
---word-io both times packed mxfp4 with its codes moved 4 bytes a thread off and on
-(mx_quant.FP4_WORD_IO_VERIFIED), "word io" in the config column.
+--word-io both times the packed layouts with their codes moved as a thread's 8 elements off
+and on (mx_quant.FP4_WORD_IO_VERIFIED: mxfp4's 4-byte moves, FP6_HALVES_VERIFIED: mxfp6's half
+groups), "word io" in the config column.
 Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
 """
 from __future__ import annotations
@@ -189,7 +190,7 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
              cvt: bool | None = None, tile: tuple[int, int, int] | None = None,
              word_io: bool | None = None) -> tuple[list[dict], list[str]]:
     """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes gates for it,
-    `word_io` mx_quant.FP4_WORD_IO_VERIFIED (None: as they are); `tile` (rows, K, warps)
+    `word_io` mx_quant's FP4_WORD_IO_VERIFIED and FP6_HALVES_VERIFIED (None: as they are); `tile` (rows, K, warps)
     replaces quantize's and dequantize's tile for it (None: the shipped one). Rows for qdq
     only where neither a tile nor the GPU-instruction paths are forced (it takes neither)."""
     pack = tri.pack_code(FORMATS[name], layout)
@@ -198,7 +199,7 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
     if cvt or tile is not None:
         only = tuple(k for k in only if k != "qdq")
     with _setting(hw_cvt, CVT_VERIFIED=cvt), _setting(fp4_lanes, FP4_LANES_VERIFIED=cvt), \
-            _setting(tri, FP4_WORD_IO_VERIFIED=word_io,
+            _setting(tri, FP4_WORD_IO_VERIFIED=word_io, FP6_HALVES_VERIFIED=word_io,
                      TILE_OVERRIDE={**tri.TILE_OVERRIDE, **override} if override else None):
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
@@ -252,7 +253,7 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
         lanes = fp4_lanes.lanes_here(name, 1, pack, tri._INTERPRETED, sm)
         if kernel != "qdq" and (hw_cvt.enabled(tri._INTERPRETED, sm) or lanes):
             config += ", hw cvt"
-        if kernel != "qdq" and pack == 1 and tri.FP4_WORD_IO_VERIFIED:
+        if kernel != "qdq" and tri.word_io_here(pack):
             config += ", word io"
         g_ms = graph_ms(tri_fn, inputs, device)
         ref_ms = median_ms(rotating(ref_fn, inputs), device) if time_reference else None
@@ -282,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(kernels/triton/hw_cvt.py, fp4_lanes.py): as their gates say, off, "
                              "on, or both, one row each")
     parser.add_argument("--word-io", choices=("gate", "off", "on", "both"), default="gate",
-                        help="packed mxfp4's 4-byte code loads / stores "
-                             "(mx_quant.FP4_WORD_IO_VERIFIED): as the gate says, off, on, or both")
+                        help="the packed layouts' codes moved as a thread's 8 elements (mx_quant."
+                             "FP4_WORD_IO_VERIFIED, FP6_HALVES_VERIFIED): as the gates say, off, "
+                             "on, or both")
     parser.add_argument("--tiles", default="",
                         help="comma-separated ROWSxKwWARPS tiles (e.g. 16x512w8) to time "
                              "quantize / dequantize under, beside the shipped tile")
@@ -317,8 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                      "dequantize, qdq")
     runs = [(case, cvt, tile, wio) for case in cases(args.quick, roundings)
             for cvt in paths(args.hw_cvt) for tile in tiles
-            for wio in (paths(args.word_io) if case[1] == "packed" and case[0] == "mxfp4"
-                        else [None])]
+            for wio in (paths(args.word_io) if case[1] == "packed" else [None])]
     for i, ((fmt_name, layout, rounding), cvt, tile, wio) in enumerate(runs):
         rows, bad = run_case(fmt_name, layout, rounding, (r, k), device, copy_tbs,
                              not args.no_reference_time, seed=i, only=only, cvt=cvt, tile=tile,

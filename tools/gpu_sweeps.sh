@@ -102,11 +102,13 @@ step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
 step quant_tiles "${QTILES_S:-300}" python3 tools/bench_quant.py --quick --roundings even \
   --kernels quantize,dequantize --no-reference-time --out "$OUT/quant_tiles.json" \
   --tiles "${QUANT_TILES:-16x256w4,32x256w4,32x256w8,16x512w8,8x256w4,8x512w4,16x128w2}"
-# packed mxfp4's codes moved 4 bytes a thread (mx_quant.FP4_WORD_IO_VERIFIED, written 2026-12-05
-# without a GPU: no shared-memory round trip; benchmarks part 27), off / on, bits checked both
-# ways; every dtype (bf16 in issue 16's figure; fp16 / fp32 took the same change)
+# the packed layouts' codes moved as a thread's 8 elements (mx_quant.FP4_WORD_IO_VERIFIED:
+# mxfp4's 4-byte moves; FP6_HALVES_VERIFIED: mxfp6's half groups; written 2026-12-05 without a
+# GPU: no shared-memory round trip; benchmarks part 27), off / on, bits checked both ways; then
+# the halves with the tiles they may want (32 elements a thread: 40 registers, not 69)
 step quant_word_io "${QWIO_S:-200}" python3 tools/bench_quant.py --quick --roundings even \
-  --kernels quantize,dequantize --no-reference-time --word-io both --out "$OUT/quant_word_io.json"
+  --kernels quantize,dequantize --no-reference-time --word-io both --out "$OUT/quant_word_io.json" \
+  --tiles "${WIO_TILES:-16x256w4,32x256w8}"
 # 8-bit experts (mxfp8 e4m3 / mxint8) on wgmma (moe_wgmma.EIGHT_BIT_VERIFIED, written
 # 2026-12-05 without a GPU) beside the grouped Triton kernel that runs them today, issue 16's
 # three shapes; switch the gate on if the whole suite is green and this is faster everywhere

@@ -80,7 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also the variant converting through fp8 (kernels/triton/hw_cvt.py), "
                         "where the format has an fp8 carrier")
     p.add_argument("--word-io", action="store_true",
-                   help="packed mxfp4's 4-byte code loads / stores (mx_quant.FP4_WORD_IO_VERIFIED)")
+                   help="the packed layouts' codes as a thread's 8 elements (mx_quant's "
+                        "FP4_WORD_IO_VERIFIED / FP6_HALVES_VERIFIED)")
     p.add_argument("--tile", default="",
                    help="ROWSxKwWARPS (e.g. 16x512w8) in place of the shipped tiles "
                         "(mx_quant.TILE_OVERRIDE; what tools/bench_quant.py --tiles times)")

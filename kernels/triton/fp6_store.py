@@ -1,5 +1,11 @@
-"""Packed mxfp6 codes out of the quantize kernel's tile (mx_quant._quantize_kernel, PACK 2):
-four 6-bit codes in three little-endian bytes, written as int32 words in 16-byte vector stores.
+"""Packed mxfp6 codes in and out of the quantize / dequantize kernels' tiles (mx_quant, PACK 2):
+four 6-bit codes in three little-endian bytes. Two ways:
+- `store_fp6_words`: whole 64-code chunks as int32 words in 16-byte vector stores (in use);
+- `load_fp6_halves` / `store_fp6_halves`: 8 codes (6 bytes, half a 16-code group) a thread,
+  the 8 elements one 16-byte bf16 vector holds, so the codes need not be re-spread through
+  shared memory or shuffles on their way to or from the bf16 side (mx_quant's
+  FP6_HALVES_VERIFIED; docs/benchmarks.md part 27). Half h of group g is bytes 6h..6h+5 of
+  the group's 12: h = 0 reads / writes word 3g and bytes 4-5, h = 1 bytes 6-7 and word 3g + 2.
 """
 from __future__ import annotations
 
@@ -51,3 +57,56 @@ def store_fp6_words(d_row, row_ok, codes, pid_k, K, BLOCK_R: tl.constexpr,
         tl.store(d_row + word, words, mask=mask)
     else:
         tl.store(d_row + word, words, mask=mask & (word < 6 * (K // 32)))
+
+
+@triton.jit
+def _codes8(c0, c1, c2, c3, c4, c5, c6, c7, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Eight [BLOCK_R, BLOCK_K / 8] -> [BLOCK_R, BLOCK_K], element 8j + i from c_i[j]: each
+    join's new axis is the last, so the outermost join picks the lowest index bit."""
+    return tl.reshape(tl.join(tl.join(tl.join(c0, c4), tl.join(c2, c6)),
+                              tl.join(tl.join(c1, c5), tl.join(c3, c7))), [BLOCK_R, BLOCK_K])
+
+
+@triton.jit
+def load_fp6_halves(d_row, row_ok, pid_k, K, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Codes [BLOCK_R, BLOCK_K] (int32) of tile pid_k from packed mxfp6 rows (d_row: int32 word
+    pointers of the tile's rows [BLOCK_R, 1]): per half group two word loads, the 48 bits
+    shifted into place, eight 6-bit fields."""
+    H: tl.constexpr = BLOCK_K // 8
+    j = pid_k * H + tl.arange(0, H)  # half groups along the row
+    odd = (j % 2 == 1)[None, :]
+    w = (3 * (j // 2) + j % 2)[None, :]  # the word holding the half's first byte
+    m = row_ok & (j < K // 8)[None, :]
+    a = tl.load(d_row + w, mask=m, other=0)
+    b = tl.load(d_row + w + 1, mask=m, other=0)
+    lo = tl.where(odd, ((a >> 16) & 0xFFFF) | (b << 16), a)  # the half's bits 0..31
+    hi = tl.where(odd, (b >> 16) & 0xFFFF, b)  # and 32..47 (b's low 16 for an even half)
+    return _codes8(lo & 0x3F, (lo >> 6) & 0x3F, (lo >> 12) & 0x3F, (lo >> 18) & 0x3F,
+                   (lo >> 24) & 0x3F, ((lo >> 30) & 0x3) | ((hi & 0xF) << 2), (hi >> 4) & 0x3F,
+                   (hi >> 10) & 0x3F, BLOCK_R, BLOCK_K)
+
+
+@triton.jit
+def store_fp6_halves(d_row, row_ok, codes, pid_k, K, BLOCK_R: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+    """Store codes [BLOCK_R, BLOCK_K] (any int32 whose `pack4` is each four codes' group, as for
+    `store_fp6_words`) as packed mxfp6 rows: per half group one int32 and one int16 store
+    (the two halves of a group share word 3g + 1: each writes its own two bytes of it)."""
+    H: tl.constexpr = BLOCK_K // 8
+    g0, g1 = tl.split(tl.reshape(pack4(codes, 6, BLOCK_R, BLOCK_K // 4), [BLOCK_R, H, 2]))
+    lo = (g0 & 0xFFFFFF) | (g1 << 24)  # the half's bits 0..31
+    hi = (g1 >> 8) & 0xFFFF  # 32..47
+    j = pid_k * H + tl.arange(0, H)
+    odd = (j % 2 == 1)[None, :]
+    m = row_ok & (j < K // 8)[None, :]
+    word = tl.where(odd, ((lo >> 16) & 0xFFFF) | (hi << 16), lo)
+    half = tl.where(odd, lo & 0xFFFF, hi).to(tl.int16)
+    g = (j // 2)[None, :]
+    # stored as flat vectors: a [BLOCK_R, H] store of these strided words makes Triton pick a
+    # row-major-by-column layout for it and re-spread the values through shared memory; flat,
+    # its layout is the values' own (a half group a thread, consecutive halves in a warp)
+    n: tl.constexpr = BLOCK_R * H
+    tl.store(tl.reshape(d_row + 3 * g + 2 * (j % 2)[None, :], [n]), tl.reshape(word, [n]),
+             mask=tl.reshape(m, [n]))
+    tl.store(tl.reshape(d_row.to(tl.pointer_type(tl.int16), bitcast=True) + 6 * g + 2 +
+                        (j % 2)[None, :], [n]), tl.reshape(half, [n]), mask=tl.reshape(m, [n]))

@@ -30,7 +30,7 @@ from kernels.triton.mx_codec import (
     format_constexprs, load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_bits,
     tile_blocks,
 )
-from kernels.triton.fp6_store import store_fp6_words
+from kernels.triton.fp6_store import load_fp6_halves, store_fp6_halves, store_fp6_words
 from kernels.triton.hw_cvt import cvt_codes, cvt_values, satfinite_cast
 
 _WHERE = "kernels.triton.mx_quant"
@@ -50,7 +50,8 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     which Triton's own specialization (multiples of 16) misses when K % 256 != 0.
     CVT != 0: the elements round through an fp8 conversion (hw_cvt.cvt_codes; PTX where
     CVT_ASM). LANES: mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where LANES_ASM).
-    WORD_IO (PACK 1): 4-byte code stores (`FP4_WORD_IO_VERIFIED`)."""
+    WORD_IO: a thread's codes are the 8 elements of its 16-byte bf16 vector (`word_io_here`:
+    PACK 1 4-byte stores, PACK 2 half groups)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -107,7 +108,8 @@ def _byte_cols(pid_k, BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr):
 def _store_codes(codes, d_row, row_ok, pid_k, K, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
                  BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr):
     """Element codes [BLOCK_R, BLOCK_K] stored in layout PACK (int32; uint8 for PACK 0; for
-    PACK 2 any int32 whose fp6_store.pack4 is each four codes' group); WORD_IO: `_byte_cols`."""
+    PACK 2 any int32 whose fp6_store.pack4 is each four codes' group); WORD_IO: PACK 1
+    `_byte_cols`, PACK 2 `fp6_store.store_fp6_halves`."""
     if PACK == 0:
         cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
         tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
@@ -116,6 +118,8 @@ def _store_codes(codes, d_row, row_ok, pid_k, K, PACK: tl.constexpr, BLOCK_R: tl
         cols = _byte_cols(pid_k, BLOCK_K, WORD_IO)
         tl.store(d_row + cols[None, :], (lo | (hi << 4)).to(tl.uint8),
                  mask=row_ok & (cols < K // 2)[None, :])
+    elif WORD_IO:
+        store_fp6_halves(d_row, row_ok, codes, pid_k, K, BLOCK_R, BLOCK_K)
     else:
         store_fp6_words(d_row[:, :, None], row_ok[:, :, None], codes, pid_k, K, BLOCK_R,
                          BLOCK_K)
@@ -131,7 +135,7 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                        WORD_IO: tl.constexpr = False):
     """CVT != 0: the codes decode through the fp8 -> f16 conversion (hw_cvt.cvt_values);
     SAT_CAST: the output is saturated and rounded by one conversion (hw_cvt.satfinite_cast);
-    WORD_IO (PACK 1): 4-byte code loads (`FP4_WORD_IO_VERIFIED`)."""
+    WORD_IO: a thread's codes are the 8 elements of its 16-byte vector (`word_io_here`)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -147,6 +151,9 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
         cols = tl.max_contiguous(pid_k * BLOCK_K + tl.arange(0, BLOCK_K), 8)
         d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
         codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
+    elif PACK == 2 and WORD_IO:
+        codes = load_fp6_halves(data_ptr + rows.to(tl.int64)[:, None] * stride_d, row_ok,
+                                pid_k, K, BLOCK_R, BLOCK_K)
     else:
         codes = load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS, PACK, BLOCK_R, BLOCK_K,
                            WORD_IO)
@@ -215,6 +222,18 @@ GPU_WARPS = 4
 # bits are the same (only a contiguity hint changes); whether it is faster is for the GPU:
 # tools/bench_quant.py --word-io both (gpu_sweeps step quant_tiles) times it off / on.
 FP4_WORD_IO_VERIFIED = False
+# Packed mxfp6 the same way: 8 codes (half a 16-code group, 6 bytes) a thread, one int32 and one
+# int16 access (fp6_store's halves) in place of the 64-code chunks' gather (quantize: 64 SHFL a
+# thread, 5 barriers) and of three strided word loads re-spread through shared memory
+# (dequantize). Written 2026-12-05 without a GPU; the bits are checked in the interpreter
+# (tests/kernels/triton/test_fp6_halves.py), the time is for the GPU (gpu_sweeps quant_word_io).
+FP6_HALVES_VERIFIED = False
+
+
+def word_io_here(pack: int) -> bool:
+    """Whether the kernels move a thread's codes as its 8 elements' own bytes for layout code
+    `pack` (the gate of that layout)."""
+    return {1: FP4_WORD_IO_VERIFIED, 2: FP6_HALVES_VERIFIED}.get(pack, False)
 # A sweep's hook (tools/bench_quant.py --tiles): {(kernel, pack): (BLOCK_R, BLOCK_K, num_warps)}
 # in place of the shipped tile; empty in use.
 TILE_OVERRIDE: dict[tuple[str, int], tuple[int, int, int]] = {}
@@ -317,7 +336,7 @@ def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, roundi
     """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: packed mxfp6
     data whose row stride in int32 words is a multiple of 4 (16-byte vector stores); `cvt`:
     hw_cvt's CVT code (0: `encode`), `lanes`: fp4_lanes' path, each through PTX where
-    `asm`; `word_io`: packed mxfp4's 4-byte stores (`_byte_cols`)."""
+    `asm`; `word_io`: the packed layouts' codes as a thread's 8 elements (`word_io_here`)."""
     pack = pack_code(fmt, layout)
     consts = format_constexprs(fmt)
     rcode = ROUNDING_CODE[check_rounding(rounding)]
@@ -326,7 +345,7 @@ def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, roundi
                   ROW16B=pack == 2 and rows16b, CVT=cvt, CVT_SHIFT=shift,
                   CVT_CLAMP=hw_cvt.clamp_of(fmt, shift, rounding) if cvt else 0.0,
                   CVT_ASM=bool(cvt) and asm, LANES=lanes, LANES_ASM=lanes and asm,
-                  WORD_IO=word_io and pack == 1)
+                  WORD_IO=word_io and pack != 0)
     return consts
 
 
@@ -335,14 +354,14 @@ def dequantize_constexprs(fmt: ElemFormat, layout: str, out_dtype: torch.dtype,
                           word_io: bool = False) -> dict:
     """_dequantize_kernel's constexprs (also tools/sass_quant.py's); `cvt` as for quantize,
     through PTX where `hw_cast` (a compiled kernel); `sat_cast`: hw_cvt.sat_cast_here's;
-    `word_io`: packed mxfp4's 4-byte loads (`_byte_cols`)."""
+    `word_io`: as for quantize."""
     consts = format_constexprs(fmt)
     for name in ("EMAX", "MAX_NORMAL", "MAXN_MANT", "MAXN_SUB"):
         consts.pop(name)
     consts.update(OUT_KIND=KIND_OF_DTYPE[out_dtype], PACK=pack_code(fmt, layout),
                   HW_CAST=hw_cast, CVT=cvt, CVT_SHIFT=hw_cvt.carrier(fmt)[1] if cvt else 0,
                   CVT_ASM=bool(cvt) and hw_cast, SAT_CAST=sat_cast,
-                  WORD_IO=word_io and pack_code(fmt, layout) == 1)
+                  WORD_IO=word_io and pack_code(fmt, layout) != 0)
     return consts
 
 
@@ -369,7 +388,7 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     if r and k:
         consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0,
                                      cvt, asm=not _INTERPRETED, lanes=lanes,
-                                     word_io=FP4_WORD_IO_VERIFIED)
+                                     word_io=word_io_here(pack))
         _launch(_quantize_kernel, (bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales
@@ -411,7 +430,7 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, fmt: ElemFormat, layout
             fmt, layout, out_dtype, hw_cast=not _INTERPRETED,
             cvt=hw_cvt.cvt_here(fmt, _INTERPRETED, sm),
             sat_cast=hw_cvt.sat_cast_here(fmt, KIND_OF_DTYPE[out_dtype], _INTERPRETED, sm),
-            word_io=FP4_WORD_IO_VERIFIED)
+            word_io=word_io_here(pack))
         _launch(_dequantize_kernel, (data, scales, bits_view(out)), r, k,
                 (data.stride(0), scales.stride(0), out.stride(0)), consts)
     return out

@@ -54,15 +54,22 @@ def word_io(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mx_quant, "FP4_WORD_IO_VERIFIED", True)
 
 
-def test_the_gate_reaches_packed_mxfp4_only() -> None:
-    for layout, want in (("packed", True), ("unpacked", False)):
-        q = mx_quant.quantize_constexprs(FMT, layout, torch.bfloat16, "even", True,
-                                         word_io=True)
-        d = mx_quant.dequantize_constexprs(FMT, layout, torch.bfloat16, True, word_io=True)
-        assert q["WORD_IO"] is want and d["WORD_IO"] is want
-    fp6 = FORMATS["mxfp6_e2m3"]
-    assert not mx_quant.quantize_constexprs(fp6, "packed", torch.bfloat16, "even", True,
-                                            word_io=True)["WORD_IO"]
+def test_the_gates_reach_the_packed_layouts_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WORD_IO is the packed layouts' (mxfp4's 4-byte moves, mxfp6's half groups), each
+    layout under its own gate."""
+    for name in ("mxfp4", "mxfp6_e2m3"):
+        for layout, want in (("packed", True), ("unpacked", False)):
+            fmt = FORMATS[name]
+            q = mx_quant.quantize_constexprs(fmt, layout, torch.bfloat16, "even", True,
+                                             word_io=True)
+            d = mx_quant.dequantize_constexprs(fmt, layout, torch.bfloat16, True, word_io=True)
+            assert q["WORD_IO"] is want and d["WORD_IO"] is want, (name, layout)
+    monkeypatch.setattr(mx_quant, "FP4_WORD_IO_VERIFIED", True)
+    monkeypatch.setattr(mx_quant, "FP6_HALVES_VERIFIED", False)
+    assert [mx_quant.word_io_here(p) for p in (0, 1, 2)] == [False, True, False]
+    monkeypatch.setattr(mx_quant, "FP4_WORD_IO_VERIFIED", False)
+    monkeypatch.setattr(mx_quant, "FP6_HALVES_VERIFIED", True)
+    assert [mx_quant.word_io_here(p) for p in (0, 1, 2)] == [False, False, True]
 
 
 @pytest.mark.parametrize("path", ["encode", "hw cvt"])

@@ -3,6 +3,10 @@ one contiguous store per tile) against the pure-torch reference and an independe
 for bit: both fp6 formats, every rounding, K tails (K % 64 == 32, K < BLOCK_K), row tails, tiles
 of one and of several 64-code chunks, and no write outside the [R, 3K/16] words.
 
+Every test runs both ways of moving the codes (fp6_store): whole 64-code chunks of words (in
+use) and half groups of 8 codes a thread (mx_quant.FP6_HALVES_VERIFIED, forced on: on a GPU
+this is the test that gate waits on), and the halves' dequantize is checked too.
+
 Inputs are fresh random blocks with per-block scales from fp32 subnormals to near fp32's max,
 plus planted NaN / Inf / zero / -0 / subnormal / dtype-max blocks. Runs in Triton's CPU
 interpreter when there is no GPU (tests/conftest.py sets TRITON_INTERPRET).
@@ -24,6 +28,13 @@ pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWar
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
 
 FP6 = ("mxfp6_e2m3", "mxfp6_e3m2")
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["words", "halves"])
+def fp6_io(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each test with the codes moved as 64-code chunks of words, then as half groups."""
+    monkeypatch.setattr(mx_quant, "FP6_HALVES_VERIFIED", request.param)
+    return request.param
 DTYPES = (torch.bfloat16, torch.float32, torch.float16)
 SHAPES = [(r, k) for r in (1, 3, 17) for k in (32, 64, 96, 224, 1024)]
 
@@ -135,7 +146,8 @@ def test_packed_fp6_writes_only_its_words(pad: int) -> None:
         words = buf[1:r + 1, :w]
         scales = torch.empty((r, k // 32), dtype=torch.uint8, device=DEVICE)
         consts = mx_quant.quantize_constexprs(fmt, "packed", x.dtype, "even",
-                                              words.stride(0) % 4 == 0)
+                                              words.stride(0) % 4 == 0,
+                                              word_io=mx_quant.word_io_here(2))
         xd = x.to(DEVICE)
         mx_quant._launch(mx_quant._quantize_kernel, (mx_quant.bits_view(xd), words, scales),
                          r, k, (xd.stride(0), words.stride(0), scales.stride(0)), consts)
@@ -147,3 +159,23 @@ def test_packed_fp6_writes_only_its_words(pad: int) -> None:
         outside = torch.ones_like(got, dtype=torch.bool)
         outside[1:r + 1, :w] = False
         assert bool((got[outside] == sentinel).all()), f"write outside the words {where}"
+
+
+@pytest.mark.parametrize("name", FP6)
+def test_packed_fp6_dequantize_matches_reference(name: str, fp6_io: bool) -> None:
+    """Packed codes (from the reference) back to every dtype, bit for bit, NaNs by position:
+    the module's shapes, K tails inside the tile included."""
+    fmt = FORMATS[name]
+    seed = zlib.crc32(f"fp6 dequantize {name}".encode())
+    for i, (r, k) in enumerate(SHAPES):
+        x = make_input(r, k, DTYPES[i % len(DTYPES)], seed + i)
+        data, scales = ref.quantize(x, fmt, "even", "packed")
+        for out in DTYPES:
+            got = mx_quant.dequantize(data.to(DEVICE), scales.to(DEVICE), fmt, "packed", k,
+                                      out).cpu()
+            want = ref.dequantize(data, scales, fmt, "packed", k, out)
+            nan = want.isnan()
+            ints = {4: torch.int32, 2: torch.int16}[want.element_size()]
+            where = f"{name} [{r}, {k}] -> {out} ({'halves' if fp6_io else 'words'})"
+            assert torch.equal(got.isnan(), nan), f"NaNs {where}"
+            assert torch.equal(got.view(ints)[~nan], want.view(ints)[~nan]), where
