@@ -20,8 +20,8 @@ ways. --tiles times quantize / dequantize under each listed tile (rows x K x war
 mx_quant.TILE_OVERRIDE) beside the shipped one, bits checked under each: the tiles were chosen
 on 2026-11-29 / 12-03, before the GPU-instruction paths changed each element's work.
 --word-io both times the packed layouts with their codes moved as a thread's 8 elements off
-and on (mx_quant.FP4_WORD_IO_VERIFIED: mxfp4's 4-byte moves, FP6_HALVES_VERIFIED: mxfp6's half
-groups), "word io" in the config column.
+and on (packed_codes' FP4_WORD_IO_VERIFIED: mxfp4's 4-byte moves, FP6_HALVES_VERIFIED: mxfp6's
+half groups), "word io" in the config column.
 Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ from kernels.spec.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
 from kernels.spec.platform import device_platform  # noqa: E402
 from timing import median_ms  # noqa: E402
 from kernels.reference import mx as ref  # noqa: E402
-from kernels.triton import fp4_lanes, hw_cvt  # noqa: E402
+from kernels.triton import fp4_lanes, hw_cvt, packed_codes  # noqa: E402
 from kernels.triton import mx_quant as tri  # noqa: E402
 
 ROTATE = 4  # input buffers cycled through while timing
@@ -190,16 +190,18 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
              cvt: bool | None = None, tile: tuple[int, int, int] | None = None,
              word_io: bool | None = None) -> tuple[list[dict], list[str]]:
     """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes gates for it,
-    `word_io` mx_quant's FP4_WORD_IO_VERIFIED and FP6_HALVES_VERIFIED (None: as they are); `tile` (rows, K, warps)
-    replaces quantize's and dequantize's tile for it (None: the shipped one). Rows for qdq
-    only where neither a tile nor the GPU-instruction paths are forced (it takes neither)."""
+    `word_io` packed_codes' FP4_WORD_IO_VERIFIED and FP6_HALVES_VERIFIED (None: as they are);
+    `tile` (rows, K, warps) replaces quantize's and dequantize's tile for it (None: the
+    shipped one). Rows for qdq only where neither a tile nor the GPU-instruction paths are
+    forced (it takes neither)."""
     pack = tri.pack_code(FORMATS[name], layout)
     override = {} if tile is None else {(kernel, pack): tile
                                         for kernel in ("quantize", "dequantize")}
     if cvt or tile is not None:
         only = tuple(k for k in only if k != "qdq")
     with _setting(hw_cvt, CVT_VERIFIED=cvt), _setting(fp4_lanes, FP4_LANES_VERIFIED=cvt), \
-            _setting(tri, FP4_WORD_IO_VERIFIED=word_io, FP6_HALVES_VERIFIED=word_io,
+            _setting(packed_codes, FP4_WORD_IO_VERIFIED=word_io, FP6_HALVES_VERIFIED=word_io), \
+            _setting(tri,
                      TILE_OVERRIDE={**tri.TILE_OVERRIDE, **override} if override else None):
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
@@ -253,7 +255,7 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
         lanes = fp4_lanes.lanes_here(name, 1, pack, tri._INTERPRETED, sm)
         if kernel != "qdq" and (hw_cvt.enabled(tri._INTERPRETED, sm) or lanes):
             config += ", hw cvt"
-        if kernel != "qdq" and tri.word_io_here(pack):
+        if kernel != "qdq" and packed_codes.word_io_here(pack):
             config += ", word io"
         g_ms = graph_ms(tri_fn, inputs, device)
         ref_ms = median_ms(rotating(ref_fn, inputs), device) if time_reference else None
@@ -283,9 +285,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(kernels/triton/hw_cvt.py, fp4_lanes.py): as their gates say, off, "
                              "on, or both, one row each")
     parser.add_argument("--word-io", choices=("gate", "off", "on", "both"), default="gate",
-                        help="the packed layouts' codes moved as a thread's 8 elements (mx_quant."
-                             "FP4_WORD_IO_VERIFIED, FP6_HALVES_VERIFIED): as the gates say, off, "
-                             "on, or both")
+                        help="the packed layouts' codes moved as a thread's 8 elements "
+                             "(packed_codes' FP4_WORD_IO_VERIFIED, FP6_HALVES_VERIFIED): as the "
+                             "gates say, off, on, or both")
     parser.add_argument("--tiles", default="",
                         help="comma-separated ROWSxKwWARPS tiles (e.g. 16x512w8) to time "
                              "quantize / dequantize under, beside the shipped tile")

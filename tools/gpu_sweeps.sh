@@ -102,7 +102,7 @@ step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
 step quant_tiles "${QTILES_S:-300}" python3 tools/bench_quant.py --quick --roundings even \
   --kernels quantize,dequantize --no-reference-time --out "$OUT/quant_tiles.json" \
   --tiles "${QUANT_TILES:-16x256w4,32x256w4,32x256w8,16x512w8,8x256w4,8x512w4,16x128w2}"
-# the packed layouts' codes moved as a thread's 8 elements (mx_quant.FP4_WORD_IO_VERIFIED:
+# the packed layouts' codes moved as a thread's 8 elements (packed_codes.FP4_WORD_IO_VERIFIED:
 # mxfp4's 4-byte moves; FP6_HALVES_VERIFIED: mxfp6's half groups; written 2026-12-05 without a
 # GPU: no shared-memory round trip; benchmarks part 27), off / on, bits checked both ways; then
 # the halves with the tiles they may want (32 elements a thread: 40 registers, not 69)

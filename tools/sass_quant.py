@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also the variant converting through fp8 (kernels/triton/hw_cvt.py), "
                         "where the format has an fp8 carrier")
     p.add_argument("--word-io", action="store_true",
-                   help="the packed layouts' codes as a thread's 8 elements (mx_quant's "
+                   help="the packed layouts' codes as a thread's 8 elements (packed_codes' "
                         "FP4_WORD_IO_VERIFIED / FP6_HALVES_VERIFIED)")
     p.add_argument("--tile", default="",
                    help="ROWSxKwWARPS (e.g. 16x512w8) in place of the shipped tiles "

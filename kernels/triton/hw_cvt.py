@@ -116,7 +116,7 @@ def cvt_asm(fp8: str, out: str) -> str:
     'bytes': $0 the four fp8 bytes (value j in byte j);
     'fp6 bytes': the same with each sign moved from bit 7 to bit 5 (mxfp6 codes);
     'fp6 groups': $0 the 24-bit group c0 | c1 << 6 | c2 << 12 | c3 << 18 of those codes, $1..$3
-    zero (so that fp6_store.pack4 of the four outputs is the group)."""
+    zero (so that packed_codes.pack4 of the four outputs is the group)."""
     ins = 4 if out == "fp6 groups" else 1
     a = [f"${ins + j}" for j in range(5)]
     cvt = f"cvt.rn.satfinite.{fp8}x2.f32"
@@ -195,7 +195,7 @@ def cvt_codes(x, e, bad, CVT: tl.constexpr, SHIFT: tl.constexpr, CLAMP: tl.const
     """fp32 blocks [R, NB, 32], their shared exponents E and non-finite flags [R, NB]
     (mx_codec.blocks_scaled) -> the codes of x * 2**-E through fp8 CVT (1 e4m3, 2 e5m2): uint8
     codes [R, NB, 32] (a NaN / Inf block's 0), or with GROUPS (packed mxfp6) int32 parts whose
-    fp6_store.pack4 is each four codes' 24-bit group. The block's factor 2**(-E - SHIFT) is one
+    packed_codes.pack4 is each four codes' 24-bit group. The block's factor 2**(-E - SHIFT) is one
     multiply (exact: a power of two; a product below fp32's normal range is far below the
     smallest code). CLAMP: `clamp_of`'s bound, or 0.0."""
     v = x * pow2_wide(-e - SHIFT)[:, :, None]

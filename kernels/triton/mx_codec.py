@@ -341,7 +341,7 @@ def load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK: 
                BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr = False):
     """Element codes [BLOCK_R, BLOCK_K] (int32) of a tile, unpacked per the layout. WORD_IO
     (PACK 1): 4-byte loads, so a thread holds the 8 codes one 16-byte bf16 store takes
-    (mx_quant's FP4_WORD_IO_VERIFIED)."""
+    (packed_codes.FP4_WORD_IO_VERIFIED)."""
     row_ok = (rows < R)[:, None]
     d_row = data_ptr + rows.to(tl.int64)[:, None] * stride_d
     if PACK == 0:

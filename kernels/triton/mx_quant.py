@@ -7,7 +7,7 @@ the 32-element block max from the fp32 bits (a NaN / Inf anywhere makes the bloc
 adds (codec helpers in mx_codec.py), then (quantize) packing per kernels.spec.formats' layouts:
   PACK 0: one code a byte; PACK 1: mxfp4 two codes a byte, element 2i in the low nibble;
   PACK 2: mxfp6 four codes in three bytes, written as little-endian int32 words: 12 a 64-code
-  chunk, one contiguous store per tile (fp6_store.py: 16-byte vector stores).
+  chunk, one contiguous store per tile (packed_codes.py: 16-byte vector stores).
 GPU tiles, measured on the H200: `gpu_tile`; under TRITON_INTERPRET=1 one small fixed tile
 keeps the CPU tests fast.
 The host-side `bits_view` and `pack_code` are public here; the activation QDQ's launch side
@@ -30,7 +30,7 @@ from kernels.triton.mx_codec import (
     format_constexprs, load_codes, qdq_blocks, scaled_saturated, store_fp32, tile_bits,
     tile_blocks,
 )
-from kernels.triton.fp6_store import load_fp6_halves, store_fp6_halves, store_fp6_words
+from kernels.triton.packed_codes import byte_cols, load_fp6_halves, store_codes, word_io_here
 from kernels.triton.hw_cvt import cvt_codes, cvt_values, satfinite_cast
 
 _WHERE = "kernels.triton.mx_quant"
@@ -50,8 +50,8 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     which Triton's own specialization (multiples of 16) misses when K % 256 != 0.
     CVT != 0: the elements round through an fp8 conversion (hw_cvt.cvt_codes; PTX where
     CVT_ASM). LANES: mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where LANES_ASM).
-    WORD_IO: a thread's codes are the 8 elements of its 16-byte bf16 vector (`word_io_here`:
-    PACK 1 4-byte stores, PACK 2 half groups)."""
+    WORD_IO: a thread's codes are the 8 elements of its 16-byte bf16 vector
+    (packed_codes.word_io_here: PACK 1 4-byte stores, PACK 2 half groups)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -77,7 +77,7 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     if LANES and PACK == 1:
         pairs = lane_bytes(h, e, bad, ROUNDING == 0, True, LANES_ASM, BLOCK_R, BLOCK_K)
         byte, _ = tl.split(tl.reshape(pairs, [BLOCK_R, BLOCK_K // 2, 2]))
-        cols = _byte_cols(pid_k, BLOCK_K, WORD_IO)
+        cols = byte_cols(pid_k, BLOCK_K, WORD_IO)
         tl.store(d_row + cols[None, :], byte, mask=row_ok & (cols < K // 2)[None, :])
     else:
         if LANES:  # one code a byte (uint8)
@@ -85,44 +85,11 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
         elif CVT != 0:  # uint8 codes, or (PACK 2) int32 parts whose pack4 is the group
             codes = tl.reshape(cvt_codes(x, e, bad, CVT, CVT_SHIFT, CVT_CLAMP, CVT_ASM,
                                          PACK == 2), [BLOCK_R, BLOCK_K])
-        _store_codes(codes, d_row, row_ok, pid_k, K, PACK, BLOCK_R, BLOCK_K, WORD_IO)
+        store_codes(codes, d_row, row_ok, pid_k, K, PACK, BLOCK_R, BLOCK_K, WORD_IO)
     blk = pid_k * NB + tl.arange(0, NB)
     sbyte = tl.where(bad, 255, e + 127).to(tl.uint8)
     tl.store(scale_ptr + rows.to(tl.int64)[:, None] * stride_s + blk[None, :], sbyte,
              mask=row_ok & (blk < K // 32)[None, :])
-
-
-@triton.jit
-def _byte_cols(pid_k, BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr):
-    """The packed mxfp4 byte columns of tile pid_k; WORD_IO: declared contiguous in runs of 4
-    only, so the codes' loads / stores are 4 bytes a thread: the 8 elements a thread holds in
-    the bf16 side's 16-byte vectors. (Without it the bytes move 16 to a thread, and Triton
-    re-spreads them through shared memory: 3-7 barriers a program, sm_90a, benchmarks part 27.)"""
-    cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
-    if WORD_IO:
-        cols = tl.max_contiguous(cols, 4)
-    return cols
-
-
-@triton.jit
-def _store_codes(codes, d_row, row_ok, pid_k, K, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
-                 BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr):
-    """Element codes [BLOCK_R, BLOCK_K] stored in layout PACK (int32; uint8 for PACK 0; for
-    PACK 2 any int32 whose fp6_store.pack4 is each four codes' group); WORD_IO: PACK 1
-    `_byte_cols`, PACK 2 `fp6_store.store_fp6_halves`."""
-    if PACK == 0:
-        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-        tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
-    elif PACK == 1:
-        lo, hi = tl.split(tl.reshape(codes, [BLOCK_R, BLOCK_K // 2, 2]))
-        cols = _byte_cols(pid_k, BLOCK_K, WORD_IO)
-        tl.store(d_row + cols[None, :], (lo | (hi << 4)).to(tl.uint8),
-                 mask=row_ok & (cols < K // 2)[None, :])
-    elif WORD_IO:
-        store_fp6_halves(d_row, row_ok, codes, pid_k, K, BLOCK_R, BLOCK_K)
-    else:
-        store_fp6_words(d_row[:, :, None], row_ok[:, :, None], codes, pid_k, K, BLOCK_R,
-                         BLOCK_K)
 
 
 @triton.jit
@@ -135,7 +102,7 @@ def _dequantize_kernel(data_ptr, scale_ptr, out_ptr, R, K, stride_d, stride_s,
                        WORD_IO: tl.constexpr = False):
     """CVT != 0: the codes decode through the fp8 -> f16 conversion (hw_cvt.cvt_values);
     SAT_CAST: the output is saturated and rounded by one conversion (hw_cvt.satfinite_cast);
-    WORD_IO: a thread's codes are the 8 elements of its 16-byte vector (`word_io_here`)."""
+    WORD_IO: a thread's codes are the 8 elements of its 16-byte vector (packed_codes)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
     tl.static_assert((BLOCK_R & (BLOCK_R - 1)) == 0, "BLOCK_R must be a power of two (tl.arange)")
     tl.static_assert((BLOCK_K & (BLOCK_K - 1)) == 0, "BLOCK_K must be a power of two (tl.arange)")
@@ -215,25 +182,6 @@ INTERPRETER_TILE = {"BLOCK_R": 16, "BLOCK_K": 64}
 # multiple of 64 keeps fp4 bytes and fp6 words whole; tails are masked.
 GPU_TILE = {"BLOCK_R": 16, "BLOCK_K": 256}
 GPU_WARPS = 4
-# Packed mxfp4's codes moved 4 bytes a thread (`_byte_cols`; the kernels' WORD_IO): written
-# 2026-12-05 without a GPU. Offline (sm_90a, triton 3.6, benchmarks part 27) it takes out the
-# shared-memory round trip between the bytes and the bf16 side: quantize (bf16) 437 -> 429
-# SASS a thread and 3 -> 1 barriers, dequantize 40 -> 32 registers and 7 -> 1 barriers. Its
-# bits are the same (only a contiguity hint changes); whether it is faster is for the GPU:
-# tools/bench_quant.py --word-io both (gpu_sweeps step quant_tiles) times it off / on.
-FP4_WORD_IO_VERIFIED = False
-# Packed mxfp6 the same way: 8 codes (half a 16-code group, 6 bytes) a thread, one int32 and one
-# int16 access (fp6_store's halves) in place of the 64-code chunks' gather (quantize: 64 SHFL a
-# thread, 5 barriers) and of three strided word loads re-spread through shared memory
-# (dequantize). Written 2026-12-05 without a GPU; the bits are checked in the interpreter
-# (tests/kernels/triton/test_fp6_halves.py), the time is for the GPU (gpu_sweeps quant_word_io).
-FP6_HALVES_VERIFIED = False
-
-
-def word_io_here(pack: int) -> bool:
-    """Whether the kernels move a thread's codes as its 8 elements' own bytes for layout code
-    `pack` (the gate of that layout)."""
-    return {1: FP4_WORD_IO_VERIFIED, 2: FP6_HALVES_VERIFIED}.get(pack, False)
 # A sweep's hook (tools/bench_quant.py --tiles): {(kernel, pack): (BLOCK_R, BLOCK_K, num_warps)}
 # in place of the shipped tile; empty in use.
 TILE_OVERRIDE: dict[tuple[str, int], tuple[int, int, int]] = {}
@@ -336,7 +284,7 @@ def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, roundi
     """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: packed mxfp6
     data whose row stride in int32 words is a multiple of 4 (16-byte vector stores); `cvt`:
     hw_cvt's CVT code (0: `encode`), `lanes`: fp4_lanes' path, each through PTX where
-    `asm`; `word_io`: the packed layouts' codes as a thread's 8 elements (`word_io_here`)."""
+    `asm`; `word_io`: the packed layouts' codes as a thread's 8 elements (packed_codes)."""
     pack = pack_code(fmt, layout)
     consts = format_constexprs(fmt)
     rcode = ROUNDING_CODE[check_rounding(rounding)]

@@ -1,4 +1,4 @@
-"""Packed mxfp4 with its codes moved 4 bytes a thread (mx_quant.FP4_WORD_IO_VERIFIED, the
+"""Packed mxfp4 with its codes moved 4 bytes a thread (packed_codes.FP4_WORD_IO_VERIFIED, the
 kernels' WORD_IO: a contiguity hint on the byte columns, nothing else), bit for bit against
 kernels.reference: quantize through `encode` and through the GPU-instruction paths, dequantize
 to every dtype, K tails inside a tile and rows that are not 16-byte aligned. On a GPU the
@@ -13,7 +13,7 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from kernels.triton import fp4_lanes, hw_cvt, mx_quant
+from kernels.triton import fp4_lanes, hw_cvt, mx_quant, packed_codes
 
 from support.device import DEVICE
 from support.hw_cvt_path import through_hw_cvt
@@ -51,7 +51,7 @@ def same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 @pytest.fixture
 def word_io(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mx_quant, "FP4_WORD_IO_VERIFIED", True)
+    monkeypatch.setattr(packed_codes, "FP4_WORD_IO_VERIFIED", True)
 
 
 def test_the_gates_reach_the_packed_layouts_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,12 +64,12 @@ def test_the_gates_reach_the_packed_layouts_only(monkeypatch: pytest.MonkeyPatch
                                              word_io=True)
             d = mx_quant.dequantize_constexprs(fmt, layout, torch.bfloat16, True, word_io=True)
             assert q["WORD_IO"] is want and d["WORD_IO"] is want, (name, layout)
-    monkeypatch.setattr(mx_quant, "FP4_WORD_IO_VERIFIED", True)
-    monkeypatch.setattr(mx_quant, "FP6_HALVES_VERIFIED", False)
-    assert [mx_quant.word_io_here(p) for p in (0, 1, 2)] == [False, True, False]
-    monkeypatch.setattr(mx_quant, "FP4_WORD_IO_VERIFIED", False)
-    monkeypatch.setattr(mx_quant, "FP6_HALVES_VERIFIED", True)
-    assert [mx_quant.word_io_here(p) for p in (0, 1, 2)] == [False, False, True]
+    monkeypatch.setattr(packed_codes, "FP4_WORD_IO_VERIFIED", True)
+    monkeypatch.setattr(packed_codes, "FP6_HALVES_VERIFIED", False)
+    assert [packed_codes.word_io_here(p) for p in (0, 1, 2)] == [False, True, False]
+    monkeypatch.setattr(packed_codes, "FP4_WORD_IO_VERIFIED", False)
+    monkeypatch.setattr(packed_codes, "FP6_HALVES_VERIFIED", True)
+    assert [packed_codes.word_io_here(p) for p in (0, 1, 2)] == [False, False, True]
 
 
 @pytest.mark.parametrize("path", ["encode", "hw cvt"])

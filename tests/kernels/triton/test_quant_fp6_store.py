@@ -3,8 +3,8 @@ one contiguous store per tile) against the pure-torch reference and an independe
 for bit: both fp6 formats, every rounding, K tails (K % 64 == 32, K < BLOCK_K), row tails, tiles
 of one and of several 64-code chunks, and no write outside the [R, 3K/16] words.
 
-Every test runs both ways of moving the codes (fp6_store): whole 64-code chunks of words (in
-use) and half groups of 8 codes a thread (mx_quant.FP6_HALVES_VERIFIED, forced on: on a GPU
+Every test runs both ways of moving the codes (packed_codes): whole 64-code chunks of words (in
+use) and half groups of 8 codes a thread (packed_codes.FP6_HALVES_VERIFIED, forced on: on a GPU
 this is the test that gate waits on), and the halves' dequantize is checked too.
 
 Inputs are fresh random blocks with per-block scales from fp32 subnormals to near fp32's max,
@@ -20,7 +20,7 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from kernels.triton import mx_quant
+from kernels.triton import mx_quant, packed_codes
 
 from support.device import DEVICE
 
@@ -33,7 +33,7 @@ FP6 = ("mxfp6_e2m3", "mxfp6_e3m2")
 @pytest.fixture(autouse=True, params=[False, True], ids=["words", "halves"])
 def fp6_io(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     """Each test with the codes moved as 64-code chunks of words, then as half groups."""
-    monkeypatch.setattr(mx_quant, "FP6_HALVES_VERIFIED", request.param)
+    monkeypatch.setattr(packed_codes, "FP6_HALVES_VERIFIED", request.param)
     return request.param
 DTYPES = (torch.bfloat16, torch.float32, torch.float16)
 SHAPES = [(r, k) for r in (1, 3, 17) for k in (32, 64, 96, 224, 1024)]
@@ -147,7 +147,7 @@ def test_packed_fp6_writes_only_its_words(pad: int) -> None:
         scales = torch.empty((r, k // 32), dtype=torch.uint8, device=DEVICE)
         consts = mx_quant.quantize_constexprs(fmt, "packed", x.dtype, "even",
                                               words.stride(0) % 4 == 0,
-                                              word_io=mx_quant.word_io_here(2))
+                                              word_io=packed_codes.word_io_here(2))
         xd = x.to(DEVICE)
         mx_quant._launch(mx_quant._quantize_kernel, (mx_quant.bits_view(xd), words, scales),
                          r, k, (xd.stride(0), words.stride(0), scales.stride(0)), consts)

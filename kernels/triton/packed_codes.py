@@ -1,16 +1,38 @@
-"""Packed mxfp6 codes in and out of the quantize / dequantize kernels' tiles (mx_quant, PACK 2):
-four 6-bit codes in three little-endian bytes. Two ways:
+"""The packed layouts' codes in and out of the quantize / dequantize kernels' tiles (mx_quant):
+mxfp4 two codes a byte (PACK 1: `byte_cols`, `store_codes`); mxfp6 (PACK 2) four 6-bit codes in
+three little-endian bytes, two ways:
 - `store_fp6_words`: whole 64-code chunks as int32 words in 16-byte vector stores (in use);
 - `load_fp6_halves` / `store_fp6_halves`: 8 codes (6 bytes, half a 16-code group) a thread,
   the 8 elements one 16-byte bf16 vector holds, so the codes need not be re-spread through
-  shared memory or shuffles on their way to or from the bf16 side (mx_quant's
-  FP6_HALVES_VERIFIED; docs/benchmarks.md part 27). Half h of group g is bytes 6h..6h+5 of
-  the group's 12: h = 0 reads / writes word 3g and bytes 4-5, h = 1 bytes 6-7 and word 3g + 2.
+  shared memory or shuffles on their way to or from the bf16 side (gated: FP6_HALVES_VERIFIED
+  below; docs/benchmarks.md part 27). Half h of group g is bytes 6h..6h+5 of the group's 12:
+  h = 0 reads / writes word 3g and bytes 4-5, h = 1 bytes 6-7 and word 3g + 2.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+# Packed mxfp4's codes moved 4 bytes a thread (`byte_cols`; the kernels' WORD_IO): written
+# 2026-12-05 without a GPU. Offline (sm_90a, triton 3.6, benchmarks part 27) it takes out the
+# shared-memory round trip between the bytes and the bf16 side: quantize (bf16) 437 -> 429
+# SASS a thread and 3 -> 1 barriers, dequantize 40 -> 32 registers and 7 -> 1 barriers. Its
+# bits are the same (only a contiguity hint changes); whether it is faster is for the GPU:
+# tools/bench_quant.py --word-io both (gpu_sweeps step quant_word_io) times it off / on.
+FP4_WORD_IO_VERIFIED = False
+# Packed mxfp6 the same way: 8 codes (half a 16-code group, 6 bytes) a thread, one int32 and one
+# int16 access (the halves below) in place of the 64-code chunks' gather (quantize: 64 SHFL a
+# thread, 5 barriers) and of three strided word loads re-spread through shared memory
+# (dequantize). Written 2026-12-05 without a GPU; the bits are checked in the interpreter
+# (tests/kernels/triton/test_quant_fp6_store.py), the time is for the GPU (gpu_sweeps step
+# quant_word_io).
+FP6_HALVES_VERIFIED = False
+
+
+def word_io_here(pack: int) -> bool:
+    """Whether the kernels move a thread's codes as its 8 elements' own bytes for layout code
+    `pack` (the gate of that layout)."""
+    return {1: FP4_WORD_IO_VERIFIED, 2: FP6_HALVES_VERIFIED}.get(pack, False)
 
 
 @triton.jit
@@ -110,3 +132,36 @@ def store_fp6_halves(d_row, row_ok, codes, pid_k, K, BLOCK_R: tl.constexpr,
              mask=tl.reshape(m, [n]))
     tl.store(tl.reshape(d_row.to(tl.pointer_type(tl.int16), bitcast=True) + 6 * g + 2 +
                         (j % 2)[None, :], [n]), tl.reshape(half, [n]), mask=tl.reshape(m, [n]))
+
+
+@triton.jit
+def byte_cols(pid_k, BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr):
+    """The packed mxfp4 byte columns of tile pid_k; WORD_IO: declared contiguous in runs of 4
+    only, so the codes' loads / stores are 4 bytes a thread: the 8 elements a thread holds in
+    the bf16 side's 16-byte vectors. (Without it the bytes move 16 to a thread, and Triton
+    re-spreads them through shared memory: 3-7 barriers a program, sm_90a, benchmarks part 27.)"""
+    cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    if WORD_IO:
+        cols = tl.max_contiguous(cols, 4)
+    return cols
+
+
+@triton.jit
+def store_codes(codes, d_row, row_ok, pid_k, K, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
+                 BLOCK_K: tl.constexpr, WORD_IO: tl.constexpr):
+    """Element codes [BLOCK_R, BLOCK_K] stored in layout PACK (int32; uint8 for PACK 0; for
+    PACK 2 any int32 whose `pack4` is each four codes' group); WORD_IO: PACK 1
+    `byte_cols`, PACK 2 `store_fp6_halves`."""
+    if PACK == 0:
+        cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        tl.store(d_row + cols[None, :], codes.to(tl.uint8), mask=row_ok & (cols < K)[None, :])
+    elif PACK == 1:
+        lo, hi = tl.split(tl.reshape(codes, [BLOCK_R, BLOCK_K // 2, 2]))
+        cols = byte_cols(pid_k, BLOCK_K, WORD_IO)
+        tl.store(d_row + cols[None, :], (lo | (hi << 4)).to(tl.uint8),
+                 mask=row_ok & (cols < K // 2)[None, :])
+    elif WORD_IO:
+        store_fp6_halves(d_row, row_ok, codes, pid_k, K, BLOCK_R, BLOCK_K)
+    else:
+        store_fp6_words(d_row[:, :, None], row_ok[:, :, None], codes, pid_k, K, BLOCK_R,
+                         BLOCK_K)
