@@ -253,7 +253,8 @@ class ProgressLine:
         elif self.mode == "rows" and event == "row":
             r = item
             timing = (f"{_num(r.graph_us, '.1f')} us graph, {_num(r.eager_us, '.1f')} us eager, "
-                      f"x{_num(r.ratio, '.3g')} vs bf16" if r.status == "ok" else "; ".join(r.notes))
+                      f"{_num(r.loop_us, '.1f')} us loop, x{_num(r.ratio, '.3g')} vs bf16"
+                      if r.status == "ok" else "; ".join(r.notes))
             print(f"[{index + 1}/{total}] {r.scheme} {r.n}x{r.k} M={r.m} {r.kernel}: "
                   f"{r.status} ({timing})", file=self.stream, flush=True)
 
@@ -277,14 +278,15 @@ def render(data: dict) -> str:
              f"triton {env['triton']}, CUDA {env['cuda']}, driver {env['driver']}, {env['date']}",
              f"D2D copy bandwidth {env['copy_tb_s']:.3f} TB/s (read + write); bf16 activations; "
              f"graph timing: {env['graph_timing']}", ""]
-    head = ["scheme", "kernel", "M", "N x K", "graph us", "eager us", "bf16 us", "x bf16",
-            "TFLOP/s", "TB/s", "% copy", "check err", "status"]
+    head = ["scheme", "kernel", "M", "N x K", "graph us", "eager us", "loop us", "bf16 us",
+            "x bf16", "TFLOP/s", "TB/s", "% copy", "check err", "status"]
     rows = [head]
     for r in data["rows"]:
         graph = r["graph_us"] is not None and r["bf16_graph_us"] is not None  # ratio's basis
         bf16 = r["bf16_graph_us"] if graph else r["bf16_eager_us"]
         rows.append([r["scheme"], r["kernel"], str(r["m"]), f"{r['n']}x{r['k']}",
-                     _num(r["graph_us"], ".1f"), _num(r["eager_us"], ".1f"), _num(bf16, ".1f"),
+                     _num(r["graph_us"], ".1f"), _num(r["eager_us"], ".1f"),
+                     _num(r.get("loop_us"), ".1f"), _num(bf16, ".1f"),
                      _num(r["ratio"], ".3g"), _num(r["tflops"], ".3g"), _num(r["tb_s"], ".3g"),
                      _num(r["pct_copy"], ".0f"), _num(r["err"], ".1e"), r["status"]])
     lines.append(table(rows) if data["rows"] else "(no rows: nothing to run, see skipped)")
@@ -304,7 +306,9 @@ def render(data: dict) -> str:
                                      for (s, k, reason), shapes in skipped.items()]
     lines += ["", "x bf16 = bf16 F.linear time / kernel time, same shape, same run (>1: faster); "
                   "graph (CUDA-graph replay, cold weights) where both have one, else eager "
-                  "(per call, L2 flushed). TFLOP/s = 2MNK / time; TB/s = (weight codes + scales "
+                  "(per call, L2 flushed). loop = a call among back-to-back calls (an eager "
+                  "decode loop: the host's time where it exceeds the GPU's). "
+                  "TFLOP/s = 2MNK / time; TB/s = (weight codes + scales "
                   f"+ x + out) bytes / time. check err = max row-wise relative error against "
                   f"reference-emulation on the first rows (FAIL above {env['check_tol']:.1e})."]
     failed = [r for r in data["rows"] if r["status"] != "ok"]

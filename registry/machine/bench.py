@@ -2,13 +2,16 @@
 
 For each scheme x shape (N x K) x kernel x M: prepare the weight once, check the kernel's
 output against `reference-emulation` on its first rows (a wrong kernel is marked FAIL and never
-timed), then time it two ways, next to bf16 `F.linear` on the same shape in the same run:
+timed), then time it three ways, next to bf16 `F.linear` on the same shape in the same run:
 - graph: the call captured in a CUDA graph, replayed n times between two events (no launch
   cost: the kernel's own time), median of several repeats. The graph cycles through enough
   copies of the weight to exceed twice the L2 cache, so weights are read from HBM as in a model;
 - eager: events around each single call, L2 flushed before each (`triton.testing.do_bench`'s
-  rule: launch cost included), median. Both rules live in registry/machine/timing.py, the one timing
-  rule of every benchmark script.
+  rule: launch cost included), median. The flush keeps the GPU busy while the host launches
+  the call, so host time up to the flush's length (~30 us on an H200) does not show;
+- loop: calls back to back between two events, cycling the weight copies, no flush (an eager
+  decode loop): where a call's host time exceeds its GPU time, this is the host time.
+The rules live in registry/machine/timing.py, the one timing rule of every benchmark script.
 The D2D copy bandwidth of a 1 GiB buffer is measured once per run for the "% copy BW" column.
 
 `run_bench(device="cpu")` works for tests (tiny shapes; Triton kernels in the interpreter):
@@ -18,6 +21,7 @@ refuses to run without a GPU. Importing this module does not import torch.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -25,7 +29,7 @@ from kernels.spec.platform import Platform, driver_version
 from registry.files.catalog import Catalog
 from registry.machine.probe import MATCH_TOL
 from registry.machine.timing import (  # noqa: F401  (median_ms / graph_ms: the scripts' one rule)
-    _copies_needed, _is_cuda, copy_bandwidth, graph_ms, median_ms,
+    _copies_needed, _is_cuda, copy_bandwidth, graph_ms, loop_ms, median_ms,
 )
 
 #: The issue's grid: N x K of Llama-3-70B-like projections, and batch sizes M.
@@ -153,6 +157,9 @@ class BenchRow:
     bf16_eager_us: Optional[float] = None
     ratio: Optional[float] = None  # bf16 time / kernel time (graph; eager when no graph): >1 faster
     ratio_eager: Optional[float] = None
+    loop_us: Optional[float] = None  # a call among back-to-back calls (timing.loop_ms)
+    bf16_loop_us: Optional[float] = None
+    ratio_loop: Optional[float] = None
     tflops: Optional[float] = None  # 2MNK / time (the time `ratio` uses)
     tb_s: Optional[float] = None  # (weight codes + scales + x + out) bytes / time
     pct_copy: Optional[float] = None  # tb_s as % of the run's D2D copy bandwidth
@@ -218,6 +225,7 @@ def run_bench(schemes: Sequence[str] | None = None,
 def _run_task(catalog, t: Task, device, seed, timing, copy_tbs, baselines, progress,
               done: int, total: int) -> list[BenchRow]:
     import torch
+    import torch.nn.functional as F
 
     from kernels.base import load_kernel
 
@@ -252,13 +260,22 @@ def _run_task(catalog, t: Task, device, seed, timing, copy_tbs, baselines, progr
             if row.status == "ok":  # a wrong kernel is never timed
                 step = "timing"
                 if (t.n, t.k, m) not in baselines:
-                    baselines[(t.n, t.k, m)] = _time_bf16(w, x, device, timing)
-                graph, eager, note = _time_both(copies, lambda p, x=x: kernel.apply(x, p),
-                                                device, timing)
+                    weights = [w] + [w.clone() for _ in range(
+                        _copies_needed(w.numel() * 2, device) - 1)]
+                    baselines[(t.n, t.k, m)] = (
+                        _time_both(weights, lambda wt, x=x: F.linear(x, wt), device, timing),
+                        _time_loop(weights, lambda wt, x=x: F.linear(x, wt), device, timing))
+                    del weights
+                base, bf16_loop = baselines[(t.n, t.k, m)]
+                call = lambda p, x=x: kernel.apply(x, p)  # noqa: E731
+                graph, eager, note = _time_both(copies, call, device, timing)
                 row.graph_us = None if graph is None else graph * 1e3
                 row.eager_us = eager * 1e3
                 row.notes += [note] if note else []
-                _fill_figures(row, baselines[(t.n, t.k, m)], copy_tbs)
+                _fill_figures(row, base, copy_tbs)
+                row.loop_us = _time_loop(copies, call, device, timing) * 1e3
+                row.bf16_loop_us = bf16_loop * 1e3
+                row.ratio_loop = row.bf16_loop_us / row.loop_us
         except Exception as e:  # noqa: BLE001 - reported in the row, never dropped
             row.status = "ERROR"
             row.notes.append(f"{step} raised {type(e).__name__}: {e}".replace("\n", " "))
@@ -292,13 +309,6 @@ def _check(row: BenchRow, kernel, ref, x, prepared, contract) -> None:
                          f"{row.err:.2e} > {ERR_TOL:.2e} on the first {rows} rows; not timed")
 
 
-def _time_bf16(w, x, device, timing: TimingConfig) -> tuple[Optional[float], float, str | None]:
-    import torch.nn.functional as F
-
-    weights = [w] + [w.clone() for _ in range(_copies_needed(w.numel() * 2, device) - 1)]
-    return _time_both(weights, lambda wt: F.linear(x, wt), device, timing)
-
-
 def _time_both(operands: list, call, device, timing: TimingConfig):
     """(graph ms or None, eager ms, note): the same two rules for kernels and the baseline."""
     eager = median_ms(lambda: call(operands[0]), device, timing.warmup_ms, timing.rep_ms,
@@ -317,6 +327,12 @@ def _time_both(operands: list, call, device, timing: TimingConfig):
 
         torch.cuda.synchronize()
         return None, eager, f"graph capture failed: {type(e).__name__}: {e}".replace("\n", " ")
+
+
+def _time_loop(operands: list, call, device, timing: TimingConfig) -> float:
+    """ms of a call among back-to-back calls cycling the operands (timing.loop_ms)."""
+    ops = itertools.cycle(operands)
+    return loop_ms(lambda: call(next(ops)), device, cpu_calls=timing.cpu_calls)
 
 
 def _fill_figures(row: BenchRow, base, copy_tbs: float) -> None:

@@ -5,6 +5,9 @@
   the median of a few `time.perf_counter` calls (the interpreter, for checking logic only);
 - graph (`graph_ms`): the call captured in a CUDA graph, replayed n times between two events
   (no launch cost: the kernel's own time), median of several repeats;
+- loop (`loop_ms`): n calls back to back between two events, no flush, no sync (an eager decode
+  loop): the host's time a call wherever it exceeds the GPU's, which `median_ms` hides up to
+  the length of its flush (the flush kernel keeps the GPU busy while the host launches);
 - `copy_bandwidth`: D2D copy of a large buffer, the memory-bound baseline;
 - `_copies_needed`: how many weight copies a graph replay must cycle through to exceed twice
   the L2 cache, so that each call reads its weight from HBM as in a model.
@@ -51,17 +54,7 @@ def median_ms(fn: Callable[[], object], device, warmup_ms: float = 100,
             flush.zero_()
         fn()
 
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        one()
-    end.record()
-    torch.cuda.synchronize()
-    estimate = max(start.elapsed_time(end) / 5, 1e-3)
-    for _ in range(max(1, int(warmup_ms / estimate))):
-        one()
+    estimate = _warmed(one, warmup_ms)
     n = min(max(5, int(rep_ms / estimate)), 1000)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
@@ -73,6 +66,49 @@ def median_ms(fn: Callable[[], object], device, warmup_ms: float = 100,
         e.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def _warmed(call: Callable[[], object], warmup_ms: float) -> float:
+    """The warm-up both eager rules share: one call, five timed back to back for an estimate of
+    one (ms), then calls for `warmup_ms`; returns the estimate."""
+    import torch
+
+    call()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        call()
+    return estimate
+
+
+def loop_ms(fn: Callable[[], object], device, warmup_ms: float = 10, rep_ms: float = 50,
+            repeats: int = 5, *, cpu_calls: int = 3) -> float:
+    """Median ms of one call among back-to-back calls (module docstring): n calls between two
+    events, `repeats` times; `fn` cycles its own operands (weight copies, so that each call
+    reads its weight from HBM). CPU: `median_ms`'s rule."""
+    if not _is_cuda(device):
+        return median_ms(fn, device, cpu_calls=cpu_calls)
+    import torch
+
+    estimate = _warmed(fn, warmup_ms)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    n = min(max(10, int(rep_ms / max(1, repeats) / estimate)), 2000)
+    times = []
+    for _ in range(max(1, repeats)):
+        torch.cuda.synchronize()  # each run starts from an idle GPU: the host sets the pace
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / n)
+    return statistics.median(times)
 
 
 def graph_ms(fn: Callable[[], object], device, rep_ms: float = 100,

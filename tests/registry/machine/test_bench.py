@@ -231,6 +231,8 @@ def _check_row_arithmetic(row: bench.BenchRow, copy_tbs: float, device: str = "c
     assert row.status == "ok" and row.notes == []
     assert row.eager_us > 0 and row.bf16_eager_us > 0
     assert row.ratio_eager == pytest.approx(row.bf16_eager_us / row.eager_us)
+    assert row.loop_us > 0 and row.bf16_loop_us > 0
+    assert row.ratio_loop == pytest.approx(row.bf16_loop_us / row.loop_us)
     if device == "cpu":  # no graphs: every figure uses the eager time
         assert row.graph_us is None and row.bf16_graph_us is None
         t_us = row.eager_us
@@ -346,6 +348,39 @@ def test_median_ms_cpu_rule():
     assert len(calls) == 6 and ms >= 0  # one warm-up, five timed
 
 
+def test_loop_rule_times_calls_back_to_back(monkeypatch):
+    """timing.loop_ms's CUDA branch with its CUDA calls replaced (1 ms a call): each timed run
+    is a sync, an event, n >= 10 calls with no sync between them, an event; the figure is
+    elapsed / n, the median over the runs."""
+    from registry.machine import timing
+
+    log = []
+
+    class Event:
+        def __init__(self, **kw):
+            self.at = 0
+
+        def record(self):
+            log.append("e")
+            self.at = log.count("c")
+
+        def elapsed_time(self, other):
+            return float(other.at - self.at)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("s"))
+    assert timing.loop_ms(lambda: log.append("c"), "cuda", 2, 30, 3) == 1.0
+    runs = "".join(log).split("se")[-3:]  # the three timed runs
+    assert all(r.rstrip("s").rstrip("e") == "c" * len(r.rstrip("s").rstrip("e")) for r in runs)
+    assert all(len(r.rstrip("s").rstrip("e")) >= 10 for r in runs)
+
+
+def test_loop_cycles_the_weight_copies():
+    seen = []
+    assert bench._time_loop(["w0", "w1", "w2"], seen.append, "cpu", FAST) >= 0
+    assert seen == ["w0", "w1", "w2", "w0"][:len(seen)] and len(seen) == 1 + FAST.cpu_calls
+
+
 # --- the CLI's outputs (device check replaced by "cpu") ------------------------------------
 
 def test_cli_table_and_progress_lines(capsys, on_cpu):
@@ -355,8 +390,8 @@ def test_cli_table_and_progress_lines(capsys, on_cpu):
     assert lines[0].startswith("# registry bench on cpu (cpu), torch ")
     head = next(i for i, line in enumerate(lines) if line.startswith("scheme "))
     assert lines[head].split() == ["scheme", "kernel", "M", "N", "x", "K", "graph", "us",
-                                   "eager", "us", "bf16", "us", "x", "bf16", "TFLOP/s", "TB/s",
-                                   "%", "copy", "check", "err", "status"]
+                                   "eager", "us", "loop", "us", "bf16", "us", "x", "bf16",
+                                   "TFLOP/s", "TB/s", "%", "copy", "check", "err", "status"]
     body = [line.split() for line in lines[head + 1: head + 5]]
     assert [(c[0], c[1], c[2], c[3], c[4], c[-1]) for c in body] == [
         ("w_mxfp4", "dequant-weight-only", "1", "64x64", "-", "ok"),
