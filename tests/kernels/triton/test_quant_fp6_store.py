@@ -20,7 +20,7 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from kernels.triton import mx_quant, packed_codes
+from kernels.triton import hw_cvt, mx_quant, packed_codes
 
 from support.device import DEVICE
 
@@ -179,3 +179,15 @@ def test_packed_fp6_dequantize_matches_reference(name: str, fp6_io: bool) -> Non
             where = f"{name} [{r}, {k}] -> {out} ({'halves' if fp6_io else 'words'})"
             assert torch.equal(got.isnan(), nan), f"NaNs {where}"
             assert torch.equal(got.view(ints)[~nan], want.view(ints)[~nan]), where
+
+
+@pytest.mark.parametrize("name", FP6)
+def test_packed_fp6_through_encode(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The codes from `encode` (plain 6-bit codes) rather than the fp8 conversion's parts,
+    which the interpreter takes where hw_cvt's gate is on."""
+    monkeypatch.setattr(hw_cvt, "CVT_VERIFIED", False)
+    seed = zlib.crc32(f"fp6 encode {name}".encode())
+    for i, (r, k) in enumerate([(3, 96), (17, 224), (2, 1024)]):
+        for rounding in ROUNDINGS:
+            x = make_input(r, k, DTYPES[i % len(DTYPES)], seed + i)
+            check_quantize(x, name, rounding, f"{name} encode {rounding} [{r}, {k}]")
