@@ -108,7 +108,7 @@ step quant_tiles "${QTILES_S:-300}" python3 tools/bench_quant.py --quick --round
 # the halves with the tiles they may want (32 elements a thread: 40 registers, not 69)
 step quant_word_io "${QWIO_S:-200}" python3 tools/bench_quant.py --quick --roundings even \
   --kernels quantize,dequantize --no-reference-time --word-io both --out "$OUT/quant_word_io.json" \
-  --tiles "${WIO_TILES:-16x256w4,32x256w8}"
+  --tiles "${WIO_TILES:-16x256w4,32x256w8,8x256w4}"
 # 8-bit experts (mxfp8 e4m3 / mxint8) on wgmma (moe_wgmma.EIGHT_BIT_VERIFIED, written
 # 2026-12-05 without a GPU) beside the grouped Triton kernel that runs them today, issue 16's
 # three shapes; switch the gate on if the whole suite is green and this is faster everywhere
