@@ -159,15 +159,9 @@ def parse_tiles(text: str) -> list[tuple[int, int, int] | None]:
     tiles: list[tuple[int, int, int] | None] = [None]
     for item in filter(None, (t.strip() for t in text.split(","))):
         try:
-            rows_k, warps = item.lower().split("w")
-            rows, cols = (int(v) for v in rows_k.split("x"))
-            tile = (rows, cols, int(warps))
-        except ValueError:
-            raise ValueError(f"--tiles {item!r}: expected ROWSxKwWARPS, e.g. 16x256w4") from None
-        if any(v & (v - 1) or v <= 0 for v in tile) or cols % 64:
-            raise ValueError(f"--tiles {item!r}: rows, K and warps must be powers of two, K a "
-                             "multiple of 64 (whole fp4 bytes and fp6 chunks)")
-        tiles.append(tile)
+            tiles.append(tri.tile_override(item))
+        except ValueError as err:
+            raise ValueError(f"--tiles {err}") from None
     return tiles
 
 

@@ -86,10 +86,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="ROWSxKwWARPS (e.g. 16x512w8) in place of the shipped tiles "
                         "(mx_quant.TILE_OVERRIDE; what tools/bench_quant.py --tiles times)")
     args = p.parse_args(argv)
-    tile = re.fullmatch(r"(\d+)x(\d+)w(\d+)", args.tile.lower())
-    if args.tile and tile is None:
-        p.error(f"--tile {args.tile!r}: expected ROWSxKwWARPS, e.g. 16x512w8")
-    args.tile = tuple(int(v) for v in tile.groups()) if tile else None
     args.formats = [f for f in args.formats.split(",") if f]
     args.layouts = [lay for lay in args.layouts.split(",") if lay]
     for name in args.formats:
@@ -162,10 +158,10 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
         consts = mx_quant.dequantize_constexprs(fmt, layout, tdtype, hw_cast=True, cvt=code,
                                                 sat_cast=sat, word_io=word_io)
         ptrs = {"data_ptr": data_pointer(pack), "scale_ptr": "*u8", "out_ptr": elem}
-    if tile_override is not None:
-        mx_quant.TILE_OVERRIDE[kernel, pack] = tile_override
-    tile = mx_quant.gpu_tile(kernel, pack)
-    warps = mx_quant.gpu_warps(kernel, pack)
+    if tile_override is None:
+        tile, warps = mx_quant.gpu_tile(kernel, pack), mx_quant.gpu_warps(kernel, pack)
+    else:  # (rows, K, warps), as a TILE_OVERRIDE entry would give it
+        tile, warps = {"BLOCK_R": tile_override[0], "BLOCK_K": tile_override[1]}, tile_override[2]
     consts.update(tile)
     sig, attrs = {}, {}
     for i, arg in enumerate(fn.arg_names):
@@ -191,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # before kernels.triton is imported
     import triton
+    from kernels.triton.mx_quant import tile_override
+    try:
+        tile = tile_override(args.tile) if args.tile else None
+    except ValueError as err:
+        sys.exit(f"sass_quant: --tile {err}")
     print(f"triton {triton.__version__}, sm_90a, {args.kernel}, dtype {args.dtype}")
     from kernels.spec.formats import get_format
     from kernels.triton.fp4_lanes import lanes_fit
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         for cvt in paths:
             info: dict = {}
             sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype,
-                                            args.rounding, cvt, info, args.tile, args.word_io)
+                                            args.rounding, cvt, info, tile, args.word_io)
             n = count_instructions(sass)
             path = ("hw cvt" if cvt else "encode") if args.kernel == "quantize" else (
                 "hw cvt" if cvt else "decode")

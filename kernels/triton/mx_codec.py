@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from kernels.spec.formats import ElemFormat
+from kernels.triton.packed_codes import byte_cols
 
 ROUNDING_CODE: dict[str, int] = {"floor": 0, "even": 1, "rceil": 2}
 SPECIALS_CODE: dict[str, int] = {"none": 0, "nan_only_all_ones": 1, "ieee": 2}
@@ -349,9 +350,7 @@ def load_codes(data_ptr, stride_d, rows, pid_k, R, K, BITS: tl.constexpr, PACK: 
         codes = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K)[None, :], other=0)
         codes = codes.to(tl.int32)  # bits above the code width: ignored by decode
     elif PACK == 1:
-        cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
-        if WORD_IO:
-            cols = tl.max_contiguous(cols, 4)
+        cols = byte_cols(pid_k, BLOCK_K, WORD_IO)
         b = tl.load(d_row + cols[None, :], mask=row_ok & (cols < K // 2)[None, :], other=0)
         b = b.to(tl.int32)
         codes = tl.reshape(tl.join(b & 0xF, b >> 4), [BLOCK_R, BLOCK_K])

@@ -187,6 +187,22 @@ GPU_WARPS = 4
 TILE_OVERRIDE: dict[tuple[str, int], tuple[int, int, int]] = {}
 
 
+def tile_override(text: str) -> tuple[int, int, int]:
+    """'16x512w8' -> (16, 512, 8), a TILE_OVERRIDE value (the sweep tools' form); ValueError
+    naming the text and the rule where the kernels could not run it (power-of-two rows, K and
+    warps for tl.arange; K a multiple of 64: whole fp4 bytes and fp6 chunks)."""
+    try:
+        rows_k, warps = text.strip().lower().split("w")
+        rows, cols = (int(v) for v in rows_k.split("x"))
+        tile = (rows, cols, int(warps))
+    except ValueError:
+        raise ValueError(f"{text!r}: expected ROWSxKwWARPS, e.g. 16x256w4") from None
+    if any(v <= 0 or v & (v - 1) for v in tile) or cols % 64:
+        raise ValueError(f"{text!r}: rows, K and warps must be powers of two, K a multiple of "
+                         "64 (whole fp4 bytes and fp6 chunks)")
+    return tile
+
+
 def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
     """The GPU tile of `kernel` ('quantize', 'dequantize' or 'qdq') for layout code `pack`."""
     if kernel not in ("quantize", "dequantize", "qdq"):
@@ -214,14 +230,14 @@ _KERNELS = {_quantize_kernel: "quantize", _dequantize_kernel: "dequantize"}  # (
 
 def _launch(kernel, ptrs: tuple, r: int, k: int, strides: tuple, consts: dict) -> None:
     """Run `kernel` over an [r, k] grid of tiles."""
-    name, pack = _KERNELS.get(kernel, "qdq"), consts.get("PACK", 0)
-    tile = _tile(name, pack)
+    which, pack = _KERNELS.get(kernel, "qdq"), consts.get("PACK", 0)
+    tile = _tile(which, pack)
     grid = (launcher.cdiv(r, tile["BLOCK_R"]), launcher.cdiv(k, tile["BLOCK_K"]))
     named = dict(consts, **tile)
     head = (*ptrs, r, k, *strides)
     args = head + tuple(named[name] for name in kernel.arg_names[len(head):])
     launcher.launch_auto(kernel, grid, args,
-                         num_warps=GPU_WARPS if _INTERPRETED else gpu_warps(name, pack))
+                         num_warps=GPU_WARPS if _INTERPRETED else gpu_warps(which, pack))
 
 
 # ----------------------------------------------------------------------------- public API
