@@ -96,7 +96,7 @@ step quant_cvt "${QUANT_S:-300}" python3 tools/bench_quant.py --roundings even \
   --kernels "${QUANT_KERNELS:-quantize,dequantize}" --no-reference-time --hw-cvt "${HW_CVT:-both}" \
   --out "$OUT/quant_cvt.json"
 # quantize / dequantize of the --quick cases (mxfp4 and mxfp6 e2m3 packed among them) under
-# other tiles beside the shipped ones (16 x 256, 4 warps; packed mxfp6 quantize 32 x 256): those
+# other tiles beside the shipped ones (16 x 256, 4 warps; packed mxfp6 8 x 512 since 2026-12-05): those
 # were chosen before the GPU-instruction paths (hw_cvt, fp4_lanes) changed each element's work
 # and registers (packed mxfp6 quantize: 64 a thread, half the resident warps; part 25)
 step quant_tiles "${QTILES_S:-300}" python3 tools/bench_quant.py --quick --roundings even \

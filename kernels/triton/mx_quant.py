@@ -175,12 +175,14 @@ def _qdq_kernel(x_ptr, out_ptr, R, K, stride_x, stride_o, IN_KIND: tl.constexpr,
 _INTERPRETED = type(_quantize_kernel).__name__ == "InterpretedFunction"
 # Interpreter: one tile shape (BLOCK_K 64 so the tests cover K < BLOCK_K and K % BLOCK_K != 0).
 INTERPRETER_TILE = {"BLOCK_R": 16, "BLOCK_K": 64}
-# GPU: one tile for every format, measured on an H200 (2026-11-29, docs/benchmarks.md): an
-# autotuner over six tiles picked BLOCK_K 256-512 with 16 rows nearly everywhere, within a few
-# percent of this one, while costing six compilations per key and tens of microseconds of host
-# time per call (the launch, not the kernel, bounded small and medium tensors). BLOCK_K a
-# multiple of 64 keeps fp4 bytes and fp6 words whole; tails are masked.
+# GPU: one tile for every format (H200 2026-11-29, docs/benchmarks.md: an autotuner over six
+# tiles came within a few percent of it at six compilations a key and tens of us of host time a
+# call). BLOCK_K a multiple of 64 keeps fp4 bytes and fp6 words whole; tails are masked.
 GPU_TILE = {"BLOCK_R": 16, "BLOCK_K": 256}
+# Packed mxfp6 (quantize and dequantize): H100 2026-12-05, bf16 8192^2 (benchmarks part 29),
+# graph us against the tiles before (quantize 32 x 256, dequantize 16 x 256): 66.9 / 73.2, 71.1 /
+# 73.8, bits equal; the other layouts' tiles were within 1 % of theirs.
+PACKED_FP6_TILE = {"BLOCK_R": 8, "BLOCK_K": 512}
 GPU_WARPS = 4
 # A sweep's hook (tools/bench_quant.py --tiles): {(kernel, pack): (BLOCK_R, BLOCK_K, num_warps)}
 # in place of the shipped tile; empty in use.
@@ -210,8 +212,8 @@ def gpu_tile(kernel: str, pack: int) -> dict[str, int]:
     if (kernel, pack) in TILE_OVERRIDE:
         rows, cols, _ = TILE_OVERRIDE[kernel, pack]
         return {"BLOCK_R": rows, "BLOCK_K": cols}
-    if kernel == "quantize" and pack == 2:  # H200 2026-12-03: 66.2 against 68.7 us (8192^2)
-        return {"BLOCK_R": 2 * GPU_TILE["BLOCK_R"], "BLOCK_K": GPU_TILE["BLOCK_K"]}
+    if kernel != "qdq" and pack == 2:
+        return dict(PACKED_FP6_TILE)
     return dict(GPU_TILE)
 
 
@@ -329,6 +331,14 @@ def dequantize_constexprs(fmt: ElemFormat, layout: str, out_dtype: torch.dtype,
     return consts
 
 
+def rows_16_byte_provable(x: torch.Tensor) -> bool:
+    """Whether Triton proves x's rows 16-byte aligned (pointer and row stride multiples of 16):
+    the PTX that takes a thread's consecutive elements together (fp4_lanes' pairs, hw_cvt's mxfp6
+    groups) needs the vector layout that gives (H100 2026-12-05: a view one element in, wrong
+    packed mxfp4 codes); elsewhere quantize takes the elementwise paths."""
+    return x.data_ptr() % 16 == 0 and x.stride(0) % 16 == 0
+
+
 def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
              layout: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x2d [R, K] fp32/bf16/fp16, K % 32 == 0 -> (data uint8 [R, bytes_per_row(fmt, layout, K)],
@@ -341,7 +351,9 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     pack = pack_code(fmt, layout)
     sm = device_platform(x.device).sm
     cvt = hw_cvt.cvt_here(fmt, _INTERPRETED, sm)
-    lanes = fp4_lanes.lanes_here(fmt.name, KIND_OF_DTYPE[x.dtype], pack, _INTERPRETED, sm)
+    rows16 = rows_16_byte_provable(x)
+    lanes = rows16 and fp4_lanes.lanes_here(fmt.name, KIND_OF_DTYPE[x.dtype], pack,
+                                            _INTERPRETED, sm)
     scales = torch.empty((r, k // BLOCK), dtype=torch.uint8, device=x.device)
     if pack == 2:  # written as int32 words, returned as their little-endian bytes
         words = torch.empty((r, 3 * k // 16), dtype=torch.int32, device=x.device)
@@ -351,7 +363,8 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
                                    device=x.device)
     if r and k:
         consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0,
-                                     cvt, asm=not _INTERPRETED, lanes=lanes,
+                                     cvt, asm=not _INTERPRETED and (rows16 or pack != 2),
+                                     lanes=lanes,
                                      word_io=word_io_here(pack))
         _launch(_quantize_kernel, (bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)

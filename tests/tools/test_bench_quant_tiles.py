@@ -26,13 +26,15 @@ def test_a_bad_tile_names_itself_and_the_form(bad: str) -> None:
 
 
 def test_the_override_sets_tile_and_warps_of_one_kernel_and_layout(monkeypatch) -> None:
-    monkeypatch.setattr(mx_quant, "TILE_OVERRIDE", {("quantize", 2): (8, 512, 8)})
-    assert mx_quant.gpu_tile("quantize", 2) == {"BLOCK_R": 8, "BLOCK_K": 512}
+    monkeypatch.setattr(mx_quant, "TILE_OVERRIDE", {("quantize", 2): (32, 256, 8)})
+    assert mx_quant.gpu_tile("quantize", 2) == {"BLOCK_R": 32, "BLOCK_K": 256}
     assert mx_quant.gpu_warps("quantize", 2) == 8
-    assert mx_quant.gpu_tile("dequantize", 2) == mx_quant.GPU_TILE  # others: as shipped
+    assert mx_quant.gpu_tile("dequantize", 2) == mx_quant.PACKED_FP6_TILE  # others: as shipped
+    assert mx_quant.gpu_tile("quantize", 1) == mx_quant.GPU_TILE
     assert mx_quant.gpu_warps("quantize", 1) == mx_quant.GPU_WARPS
     monkeypatch.setattr(mx_quant, "TILE_OVERRIDE", {})
-    assert mx_quant.gpu_tile("quantize", 2)["BLOCK_R"] == 2 * mx_quant.GPU_TILE["BLOCK_R"]
+    assert mx_quant.gpu_tile("quantize", 2) == mx_quant.PACKED_FP6_TILE
+    assert mx_quant.gpu_tile("qdq", 2) == mx_quant.GPU_TILE
 
 
 def test_a_case_under_a_tile_checks_bits_and_restores_the_hook() -> None:

@@ -95,19 +95,21 @@ def test_compiles_on_the_pointer_types_the_launches_pass(kernel: str, monkeypatc
     from kernels.reference import mx as ref
     from kernels.spec.formats import FORMATS
     from kernels.triton import mx_quant
+    from support.device import DEVICE
 
     seen = {}
     monkeypatch.setattr(mx_quant, "_launch", lambda fn, ptrs, *a: seen.update(
         dtype=ptrs[1 if kernel == "quantize" else 0].dtype))
     want = {"*u8": torch.uint8, "*i32": torch.int32}
-    x = torch.randn(2, 64)
+    x = torch.randn(2, 64, device=DEVICE)
     for name, layout in sass_quant.variants(kernel, ["mxfp4", "mxfp6_e3m2", "mxint8"],
                                             ["packed", "unpacked"]):
         fmt = FORMATS[name]
         if kernel == "quantize":
             mx_quant.quantize(x, fmt, "even", layout)
         else:
-            mx_quant.dequantize(*ref.quantize(x, fmt, "even", layout), fmt, layout, 64,
+            data, scales = ref.quantize(x.cpu(), fmt, "even", layout)
+            mx_quant.dequantize(data.to(DEVICE), scales.to(DEVICE), fmt, layout, 64,
                                 torch.bfloat16)
         pack = mx_quant.pack_code(fmt, layout)
         assert seen.pop("dtype") == want[sass_quant.data_pointer(pack)], (name, layout)

@@ -65,6 +65,7 @@ def test_every_value(name: str, layout: str, path: str, dtype: torch.dtype,
                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mx_quant, "INTERPRETER_TILE", TILE)
     monkeypatch.setattr(mx_quant, "GPU_TILE", TILE)
+    monkeypatch.setattr(mx_quant, "PACKED_FP6_TILE", TILE)
     fmt = FORMATS[name]
     if path == "hw cvt":
         through_hw_cvt(monkeypatch, fmt)

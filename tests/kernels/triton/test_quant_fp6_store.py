@@ -120,11 +120,12 @@ def test_packed_fp6_matches_reference(name: str, rounding: str) -> None:
 @pytest.mark.parametrize("name", FP6)
 def test_packed_fp6_multi_chunk_tiles(name: str, tile: tuple[int, int],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tiles of 2 and 4 chunks (the GPU tile is 16 x 256): chunk offsets inside a tile and
+    """Tiles of 2 and 4 chunks (the GPU tile is 8 x 512): chunk offsets inside a tile and
     tails that end inside the tile, mid-chunk and mid-vector."""
     block = {"BLOCK_R": tile[0], "BLOCK_K": tile[1]}
     monkeypatch.setattr(mx_quant, "INTERPRETER_TILE", block)
     monkeypatch.setattr(mx_quant, "GPU_TILE", block)
+    monkeypatch.setattr(mx_quant, "PACKED_FP6_TILE", block)
     seed = zlib.crc32(f"fp6 tiles {name} {tile}".encode())
     for i, (r, k) in enumerate([(3, 96), (5, 160), (17, 224), (3, 256), (2, 288), (9, 1024)]):
         dtype = DTYPES[i % len(DTYPES)]
