@@ -20,6 +20,9 @@ The rounded value is never formed, so no bf16 subnormal arises. Eight elements (
 asm call: their four code bytes (element 2i in the low nibble), each byte twice (elements 2i
 and 2i + 1 get byte i), so the kernel's pair split picks them as it picks `encode`'s.
 
+The pairs are a thread's consecutive registers, K-neighbours only in the 16-byte vector layout
+Triton picks where it proves the rows aligned: quantize takes the lanes there alone
+(mx_quant.rows_16_byte_provable; an unaligned view gave wrong bytes on an H100, 2026-12-05).
 In the interpreter (no PTX) the same bytes come from `encode` (`lane_bytes`' twin).
 FP4_LANES_VERIFIED gates the path on a GPU: written 2026-12-05 without a GPU (compiled for
 sm_90a offline: tests/kernels/triton/test_fp4_lanes.py runs the PTX on a CPU model against the
