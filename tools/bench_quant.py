@@ -21,7 +21,8 @@ mx_quant.TILE_OVERRIDE) beside the shipped one, bits checked under each: the til
 on 2026-11-29 / 12-03, before the GPU-instruction paths changed each element's work.
 --word-io both times the packed layouts with their codes moved as a thread's 8 elements off
 and on (packed_codes' FP4_WORD_IO_VERIFIED: mxfp4's 4-byte moves, FP6_HALVES_VERIFIED: mxfp6's
-half groups), "word io" in the config column.
+half groups; and fp4_lanes.LANE_WORDS_VERIFIED: bf16 packed mxfp4's lanes on whole words), "word
+io" / "lane words" in the config column.
 Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`.
 """
 from __future__ import annotations
@@ -184,7 +185,8 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
              cvt: bool | None = None, tile: tuple[int, int, int] | None = None,
              word_io: bool | None = None) -> tuple[list[dict], list[str]]:
     """One case's bit checks and timings; `cvt` sets the hw_cvt / fp4_lanes gates for it,
-    `word_io` packed_codes' FP4_WORD_IO_VERIFIED and FP6_HALVES_VERIFIED (None: as they are);
+    `word_io` packed_codes' FP4_WORD_IO_VERIFIED and FP6_HALVES_VERIFIED, and fp4_lanes'
+    LANE_WORDS_VERIFIED (None: as they are);
     `tile` (rows, K, warps) replaces quantize's and dequantize's tile for it (None: the
     shipped one). Rows for qdq only where neither a tile nor the GPU-instruction paths are
     forced (it takes neither)."""
@@ -193,7 +195,8 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
                                         for kernel in ("quantize", "dequantize")}
     if cvt or tile is not None:
         only = tuple(k for k in only if k != "qdq")
-    with _setting(hw_cvt, CVT_VERIFIED=cvt), _setting(fp4_lanes, FP4_LANES_VERIFIED=cvt), \
+    with _setting(hw_cvt, CVT_VERIFIED=cvt), \
+            _setting(fp4_lanes, FP4_LANES_VERIFIED=cvt, LANE_WORDS_VERIFIED=word_io), \
             _setting(packed_codes, FP4_WORD_IO_VERIFIED=word_io, FP6_HALVES_VERIFIED=word_io), \
             _setting(tri,
                      TILE_OVERRIDE={**tri.TILE_OVERRIDE, **override} if override else None):
@@ -251,6 +254,8 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
             config += ", hw cvt"
         if kernel != "qdq" and packed_codes.word_io_here(pack):
             config += ", word io"
+        if kernel == "quantize" and lanes and fp4_lanes.words_here(pack, 0, 0):
+            config += ", lane words"
         g_ms = graph_ms(tri_fn, inputs, device)
         ref_ms = median_ms(rotating(ref_fn, inputs), device) if time_reference else None
         tbs = nbytes / (ms * 1e-3) / 1e12

@@ -103,9 +103,11 @@ step quant_tiles "${QTILES_S:-420}" python3 tools/bench_quant.py --quick --round
   --kernels quantize,dequantize --no-reference-time --out "$OUT/quant_tiles.json" \
   --tiles "${QUANT_TILES:-16x256w4,8x512w4,16x512w8,8x256w4}"
 # the packed layouts' codes moved as a thread's 8 elements (packed_codes.FP4_WORD_IO_VERIFIED:
-# mxfp4's 4-byte moves; FP6_HALVES_VERIFIED: mxfp6's half groups), off / on, bits checked both
-# ways. H100, part 29: no gain for mxfp4; the halves' dequantize gain (16 x 256) the 8 x 512 tile
-# gives alone; the halves on 8 x 512 not yet timed (the shipped tile: first here)
+# mxfp4's 4-byte moves; FP6_HALVES_VERIFIED: mxfp6's half groups) and bf16 packed mxfp4's lanes
+# on whole words (fp4_lanes.LANE_WORDS_VERIFIED, part 30: 437 -> 360 SASS a thread, no
+# shared-memory round trip), off / on together, bits checked both ways. H100, part 29: no gain
+# for mxfp4's moves; the halves' dequantize gain (16 x 256) the 8 x 512 tile gives alone; the
+# halves on 8 x 512 and the lane words not yet timed (the shipped tile: first here)
 step quant_word_io "${QWIO_S:-300}" python3 tools/bench_quant.py --quick --roundings even \
   --kernels quantize,dequantize --no-reference-time --word-io both --out "$OUT/quant_word_io.json" \
   --tiles "${WIO_TILES:-16x256w4}"

@@ -82,6 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--word-io", action="store_true",
                    help="the packed layouts' codes as a thread's 8 elements (packed_codes' "
                         "FP4_WORD_IO_VERIFIED / FP6_HALVES_VERIFIED)")
+    p.add_argument("--lane-words", action="store_true",
+                   help="bf16 mxfp4's lanes on whole words (fp4_lanes.LANE_WORDS_VERIFIED; "
+                        "with --cvt)")
     p.add_argument("--tile", default="",
                    help="ROWSxKwWARPS (e.g. 16x512w8) in place of the shipped tiles "
                         "(mx_quant.TILE_OVERRIDE; what tools/bench_quant.py --tiles times)")
@@ -129,7 +132,7 @@ def data_pointer(pack: int) -> str:
 def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
                  cvt: bool = False, info: dict | None = None,
                  tile_override: tuple[int, int, int] | None = None,
-                 word_io: bool = False) -> tuple[str, int]:
+                 word_io: bool = False, lane_words: bool = False) -> tuple[str, int]:
     """(SASS text, elements one thread owns) of one variant, compiled for sm_90a; `cvt`: the
     GPU-instruction paths (hw_cvt, fp4_lanes) where the variant has one; `info` (a dict)
     receives the kernel's "registers"."""
@@ -149,7 +152,7 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
         lanes = cvt and fp4_lanes.lanes_fit(name, KIND_OF_DTYPE[tdtype], pack)
         consts = mx_quant.quantize_constexprs(fmt, layout, tdtype, rounding, rows16b=True,
                                               cvt=code, asm=True, lanes=lanes,
-                                              word_io=word_io)
+                                              word_io=word_io, lane_words=lane_words)
         ptrs = {"x_ptr": elem, "data_ptr": data_pointer(pack), "scale_ptr": "*u8"}
     else:
         fn = mx_quant._dequantize_kernel
@@ -210,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         for cvt in paths:
             info: dict = {}
             sass, per_thread = compile_sass(args.kernel, name, layout, args.dtype,
-                                            args.rounding, cvt, info, tile, args.word_io)
+                                            args.rounding, cvt, info, tile, args.word_io,
+                                            args.lane_words)
             n = count_instructions(sass)
             path = ("hw cvt" if cvt else "encode") if args.kernel == "quantize" else (
                 "hw cvt" if cvt else "decode")

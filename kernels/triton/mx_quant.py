@@ -23,7 +23,7 @@ from kernels.spec.formats import BLOCK, ElemFormat, bytes_per_row, check_roundin
 from kernels.spec.formats import resolve_layout
 from kernels.spec.platform import device_platform
 from kernels.triton import fp4_lanes, hw_cvt, launcher
-from kernels.triton.fp4_lanes import lane_bytes
+from kernels.triton.fp4_lanes import lane_bytes, word_tile
 from kernels.triton.grid_dependency import release_dependents
 from kernels.triton.mx_codec import (
     KIND_OF_DTYPE, ROUNDING_CODE, block_exponents, blocks_scaled, decode, e8m0_value, encode,
@@ -45,11 +45,12 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
                      ROW16B: tl.constexpr, CVT: tl.constexpr, CVT_SHIFT: tl.constexpr,
                      CVT_CLAMP: tl.constexpr, CVT_ASM: tl.constexpr, LANES: tl.constexpr,
                      LANES_ASM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-                     WORD_IO: tl.constexpr = False):
+                     WORD_IO: tl.constexpr = False, LANE_WORDS: tl.constexpr = False):
     """ROW16B: stride_d is a multiple of 4 (PACK 2 words: rows 16-byte aligned, K % 64 == 0),
     which Triton's own specialization (multiples of 16) misses when K % 256 != 0.
     CVT != 0: the elements round through an fp8 conversion (hw_cvt.cvt_codes; PTX where
-    CVT_ASM). LANES: mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where LANES_ASM).
+    CVT_ASM). LANES: mxfp4 of bf16 input on bf16x2 lanes (fp4_lanes; PTX where LANES_ASM; on
+    whole int32 words where LANE_WORDS).
     WORD_IO: a thread's codes are the 8 elements of its 16-byte bf16 vector
     (packed_codes.word_io_here: PACK 1 4-byte stores, PACK 2 half groups)."""
     tl.static_assert(BLOCK_K % 32 == 0, "BLOCK_K must hold whole 32-element MX blocks")
@@ -58,7 +59,10 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     NB: tl.constexpr = BLOCK_K // 32
-    if LANES:  # the bf16 bits themselves: the block max on 16 bits, the rounding in lanes
+    if LANES and LANE_WORDS:  # the bf16 bits as words of two: the rounding in lanes
+        h, amax, rows = word_tile(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
+        e, bad = block_exponents(amax, MBITS, EMAX, MAXN_MANT, MAXN_SUB, ROUNDING)
+    elif LANES:  # the bf16 bits themselves: the block max on 16 bits, the rounding in lanes
         h, rows = tile_bits(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
         amax16 = tl.max(h & 0x7FFF, axis=2)  # |x|'s bits (NaN's above Inf's), as int16
         e, bad = block_exponents(amax16.to(tl.int32) << 16, MBITS, EMAX, MAXN_MANT, MAXN_SUB,
@@ -75,13 +79,14 @@ def _quantize_kernel(x_ptr, data_ptr, scale_ptr, R, K, stride_x, stride_d, strid
         d_off = tl.multiple_of(d_off, 4)  # lets whole fp6 tiles use 16-byte vector stores
     d_row = data_ptr + d_off[:, None]
     if LANES and PACK == 1:
-        pairs = lane_bytes(h, e, bad, ROUNDING == 0, True, LANES_ASM, BLOCK_R, BLOCK_K)
-        byte, _ = tl.split(tl.reshape(pairs, [BLOCK_R, BLOCK_K // 2, 2]))
+        byte = lane_bytes(h, e, bad, ROUNDING == 0, True, LANES_ASM, LANE_WORDS, BLOCK_R,
+                          BLOCK_K)
         cols = byte_cols(pid_k, BLOCK_K, WORD_IO)
         tl.store(d_row + cols[None, :], byte, mask=row_ok & (cols < K // 2)[None, :])
     else:
         if LANES:  # one code a byte (uint8)
-            codes = lane_bytes(h, e, bad, ROUNDING == 0, False, LANES_ASM, BLOCK_R, BLOCK_K)
+            codes = lane_bytes(h, e, bad, ROUNDING == 0, False, LANES_ASM, False, BLOCK_R,
+                               BLOCK_K)
         elif CVT != 0:  # uint8 codes, or (PACK 2) int32 parts whose pack4 is the group
             codes = tl.reshape(cvt_codes(x, e, bad, CVT, CVT_SHIFT, CVT_CLAMP, CVT_ASM,
                                          PACK == 2), [BLOCK_R, BLOCK_K])
@@ -298,11 +303,13 @@ def pack_code(fmt: ElemFormat, layout: str) -> int:
 
 def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, rounding: str,
                         rows16b: bool, cvt: int = 0, asm: bool = False,
-                        lanes: bool = False, word_io: bool = False) -> dict:
+                        lanes: bool = False, word_io: bool = False,
+                        lane_words: bool = False) -> dict:
     """_quantize_kernel's constexprs (also tools/sass_quant.py's); `rows16b`: packed mxfp6
     data whose row stride in int32 words is a multiple of 4 (16-byte vector stores); `cvt`:
     hw_cvt's CVT code (0: `encode`), `lanes`: fp4_lanes' path, each through PTX where
-    `asm`; `word_io`: the packed layouts' codes as a thread's 8 elements (packed_codes)."""
+    `asm` (`lane_words`: on whole words); `word_io`: the packed layouts' codes as a thread's 8
+    elements (packed_codes)."""
     pack = pack_code(fmt, layout)
     consts = format_constexprs(fmt)
     rcode = ROUNDING_CODE[check_rounding(rounding)]
@@ -311,7 +318,7 @@ def quantize_constexprs(fmt: ElemFormat, layout: str, dtype: torch.dtype, roundi
                   ROW16B=pack == 2 and rows16b, CVT=cvt, CVT_SHIFT=shift,
                   CVT_CLAMP=hw_cvt.clamp_of(fmt, shift, rounding) if cvt else 0.0,
                   CVT_ASM=bool(cvt) and asm, LANES=lanes, LANES_ASM=lanes and asm,
-                  WORD_IO=word_io and pack != 0)
+                  WORD_IO=word_io and pack != 0, LANE_WORDS=lanes and lane_words)
     return consts
 
 
@@ -352,8 +359,9 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     sm = device_platform(x.device).sm
     cvt = hw_cvt.cvt_here(fmt, _INTERPRETED, sm)
     rows16 = rows_16_byte_provable(x)
-    lanes = rows16 and fp4_lanes.lanes_here(fmt.name, KIND_OF_DTYPE[x.dtype], pack,
-                                            _INTERPRETED, sm)
+    lanes = fp4_lanes.lanes_here(fmt.name, KIND_OF_DTYPE[x.dtype], pack, _INTERPRETED, sm)
+    on_words = lanes and fp4_lanes.words_here(pack, x.data_ptr(), x.stride(0))
+    lanes = lanes and (on_words or rows16)  # the half-lanes: in 16-byte vectors only
     scales = torch.empty((r, k // BLOCK), dtype=torch.uint8, device=x.device)
     if pack == 2:  # written as int32 words, returned as their little-endian bytes
         words = torch.empty((r, 3 * k // 16), dtype=torch.int32, device=x.device)
@@ -364,8 +372,8 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     if r and k:
         consts = quantize_constexprs(fmt, layout, x.dtype, rounding, words.stride(0) % 4 == 0,
                                      cvt, asm=not _INTERPRETED and (rows16 or pack != 2),
-                                     lanes=lanes,
-                                     word_io=word_io_here(pack))
+                                     lanes=lanes, word_io=word_io_here(pack),
+                                     lane_words=on_words)
         _launch(_quantize_kernel, (bits_view(x), words, scales), r, k,
                 (x.stride(0), words.stride(0), scales.stride(0)), consts)
     return data, scales

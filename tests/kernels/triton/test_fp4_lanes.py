@@ -67,6 +67,31 @@ def test_lane_ptx_gives_the_reference_bytes(rounding: str, layout: str) -> None:
         assert got == want, (rounding, i, x[i].float().tolist()[:8], got[:4], want[:4])
 
 
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_word_ptx_gives_the_reference_bytes_from_any_four_words(rounding: str) -> None:
+    """lane_word_asm: each call's four words drawn at random from all blocks and positions (as
+    any register layout may group them), each with its own factor and keep mask."""
+    x = blocks(3 + len(rounding))
+    data, scales = ref.quantize(x, FMT, rounding, "packed")
+    asm = fp4_lanes.lane_word_asm(clamp=rounding == "floor")
+    halves = x.view(torch.int16).to(torch.int64).view(-1, 16, 2)
+    words = (halves[..., 0] & 0xFFFF) | (halves[..., 1] & 0xFFFF) << 16  # [n, 16]
+    order = torch.randperm(words.numel(), generator=torch.Generator().manual_seed(5)).tolist()
+    got = torch.zeros_like(data)
+    for g in range(0, len(order), 4):
+        regs, where = {}, [divmod(flat, 16) for flat in order[g:g + 4]]
+        for k, (i, w) in enumerate(where):
+            byte = int(scales[i, 0])
+            f = (127 << 7) if byte == 0xFF else ((127 - (byte - 127)) << 7)  # bf16 2**-E
+            regs.update({f"${1 + k}": int(words[i, w]), f"${5 + k}": f | f << 16,
+                         f"${9 + k}": 0 if byte == 0xFF else MASK})
+        out = run_ptx(asm, regs, bf16_math=True)["$0"]
+        for k, at in enumerate(where):  # word k's packed byte: byte k
+            got[at] = (out >> (8 * k)) & 0xFF
+    bad = (got != data).nonzero()
+    assert not bad.numel(), (rounding, len(bad), bad[0].tolist())
+
+
 def test_the_model_catches_a_drift() -> None:
     """The element rounding without its magic-number add (truncation) fails."""
     asm = fp4_lanes.lane_asm(clamp=False)

@@ -15,7 +15,7 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from kernels.triton import hw_cvt, mx_quant
+from kernels.triton import fp4_lanes, hw_cvt, mx_quant
 
 from support.device import DEVICE
 from support.hw_cvt_path import through_hw_cvt
@@ -29,9 +29,12 @@ RUNS = (1024, 8192)  # runs of patterns by magnitude: 4 / 32 bf16 binades (0.5 /
 FP_LAYOUTS = [(name, layout) for name, f in FORMATS.items() if not f.is_int
               for layout in (("packed", "unpacked") if f.bits < 8 else ("unpacked",))]
 # each layout through `encode`, and through the GPU-instruction path where it has one (the fp8
-# conversion, mxfp4's bf16x2 lanes)
+# conversion, mxfp4's bf16x2 lanes; bf16 packed mxfp4 also on the lanes' whole words), bf16
+# and fp16
 PATHS = [(name, layout, path) for name, layout in FP_LAYOUTS for path in ("encode", "hw cvt")
          if path == "encode" or hw_cvt.carrier(FORMATS[name])[0] or name == "mxfp4"]
+CASES = [(*case, dtype) for case in PATHS for dtype in (torch.bfloat16, torch.float16)] + \
+    [("mxfp4", "packed", "lane words", torch.bfloat16)]
 
 
 def every_value(dtype: torch.dtype) -> torch.Tensor:
@@ -59,16 +62,17 @@ def check(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torc
                         f"column {col}: {x[at[0], col:col + 4].tolist()})")
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("name,layout,path", PATHS)
+@pytest.mark.parametrize("name,layout,path,dtype", CASES,
+                         ids=[f"{n}-{lay}-{p}-{str(d)[6:]}" for n, lay, p, d in CASES])
 def test_every_value(name: str, layout: str, path: str, dtype: torch.dtype,
                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mx_quant, "INTERPRETER_TILE", TILE)
     monkeypatch.setattr(mx_quant, "GPU_TILE", TILE)
     monkeypatch.setattr(mx_quant, "PACKED_FP6_TILE", TILE)
     fmt = FORMATS[name]
-    if path == "hw cvt":
+    if path != "encode":
         through_hw_cvt(monkeypatch, fmt)
+    monkeypatch.setattr(fp4_lanes, "LANE_WORDS_VERIFIED", path == "lane words")
     x = every_value(dtype)
     xd = x.to(DEVICE)
     for rounding in ROUNDINGS:

@@ -5,7 +5,8 @@ the GPU-instruction paths and with the packed layouts' word moves off and on.
 Why: the PTX that takes a thread's consecutive elements together (fp4_lanes' bf16x2 pairs,
 hw_cvt's packed mxfp6 groups) is right only in the vector layout Triton picks where it can prove
 the rows aligned; on an H100 (2026-12-05) a bf16 view one element in gave wrong packed mxfp4
-codes. quantize takes the elementwise paths there (mx_quant.rows_16_byte_provable)."""
+codes. quantize takes the elementwise paths there (mx_quant.rows_16_byte_provable), or, for the
+lanes, whole words (fp4_lanes.LANE_WORDS_VERIFIED: each word its own factor, any layout)."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS
-from kernels.triton import mx_quant, packed_codes
+from kernels.triton import fp4_lanes, mx_quant, packed_codes
 
 from support.device import DEVICE
 from support.hw_cvt_path import through_hw_cvt
@@ -37,13 +38,16 @@ def rows(dtype: torch.dtype, seed: int) -> torch.Tensor:
 
 
 def views(x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """x inside wider buffers on DEVICE: one element in (pointer and stride unaligned), and a
-    row stride of K + 8 (16-byte rows for bf16, yet not a multiple of 16 elements)."""
-    one_in = torch.zeros(R, K + 1, dtype=x.dtype, device=DEVICE)
-    one_in[:, 1:] = x.to(DEVICE)
-    wide = torch.zeros(R, K + 8, dtype=x.dtype, device=DEVICE)
-    wide[:, :K] = x.to(DEVICE)
-    return {"one element in": one_in[:, 1:], "row stride K + 8": wide[:, :K]}
+    """x inside wider buffers on DEVICE: one element in (pointer and stride unaligned), two in
+    (rows 4-byte aligned for bf16: whole words), and a row stride of K + 8 (16-byte rows for
+    bf16, yet not a multiple of 16 elements)."""
+    found = {}
+    for name, (col, width) in {"one element in": (1, K + 1), "two elements in": (2, K + 2),
+                               "row stride K + 8": (0, K + 8)}.items():
+        wide = torch.zeros(R, width, dtype=x.dtype, device=DEVICE)
+        wide[:, col:col + K] = x.to(DEVICE)
+        found[name] = wide[:, col:col + K]
+    return found
 
 
 @pytest.mark.parametrize("word_io", [False, True])
@@ -52,10 +56,12 @@ def views(x: torch.Tensor) -> dict[str, torch.Tensor]:
 def test_views_quantize_like_their_dense_copies(name: str, layout: str, dtype: torch.dtype,
                                                 word_io: bool,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """word_io: the packed layouts' word moves and the lanes' whole words, on / off together."""
     fmt = FORMATS[name]
     through_hw_cvt(monkeypatch, fmt)
     monkeypatch.setattr(packed_codes, "FP4_WORD_IO_VERIFIED", word_io)
     monkeypatch.setattr(packed_codes, "FP6_HALVES_VERIFIED", word_io)
+    monkeypatch.setattr(fp4_lanes, "LANE_WORDS_VERIFIED", word_io)
     x = rows(dtype, seed=len(name) + 3 * len(layout))
     want_data, want_scales = ref.quantize(x, fmt, "even", layout)
     for where, view in views(x).items():
@@ -87,3 +93,28 @@ def test_the_grouping_paths_are_taken_where_the_rows_are_provable(
     assert seen["CVT"] and not seen["CVT_ASM"]
     mx_quant.quantize(one_in, FORMATS["mxfp8_e4m3"], "even", "unpacked")  # one code an element
     assert seen["CVT_ASM"] == (not mx_quant._INTERPRETED)
+
+
+def test_the_lanes_on_whole_words_take_rows_4_byte_aligned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the words' gate on, bf16 packed mxfp4 takes the lanes on whole words wherever its
+    rows are 4-byte aligned (a view two elements in too), and the elementwise path elsewhere;
+    one code a byte keeps the half-lanes, on provably aligned rows only."""
+    through_hw_cvt(monkeypatch, FORMATS["mxfp4"])
+    monkeypatch.setattr(fp4_lanes, "LANE_WORDS_VERIFIED", True)
+    seen = {}
+    monkeypatch.setattr(mx_quant, "_launch", lambda fn, ptrs, r, k, strides, consts:
+                        seen.update(consts))
+    x = rows(torch.bfloat16, seed=2).to(DEVICE)
+    by_view = views(x.cpu())
+    for where, view in (("dense", x), ("two elements in", by_view["two elements in"]),
+                        ("row stride K + 8", by_view["row stride K + 8"])):
+        mx_quant.quantize(view, FORMATS["mxfp4"], "even", "packed")
+        assert seen["LANES"] and seen["LANE_WORDS"], where
+        mx_quant.quantize(view, FORMATS["mxfp4"], "even", "unpacked")
+        assert seen["LANES"] == (where == "dense") and not seen["LANE_WORDS"], where
+    mx_quant.quantize(by_view["one element in"], FORMATS["mxfp4"], "even", "packed")
+    assert not seen["LANES"] and not seen["LANE_WORDS"]
+    monkeypatch.setattr(fp4_lanes, "LANE_WORDS_VERIFIED", False)
+    mx_quant.quantize(x, FORMATS["mxfp4"], "even", "packed")
+    assert seen["LANES"] and not seen["LANE_WORDS"]
