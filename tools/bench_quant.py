@@ -17,7 +17,7 @@ For every format x layout x rounding (--quick: a subset), on a bf16 [R, K] input
 --hw-cvt both times quantize / dequantize with the GPU-instruction paths (kernels/triton/hw_cvt.py,
 fp4_lanes.py) off and then on, one row each ("hw cvt" in the config column), bits checked both
 ways. --tiles times quantize / dequantize under each listed tile (rows x K x warps, through
-mx_quant.TILE_OVERRIDE) beside the shipped one, bits checked under each: the tiles were chosen
+quant_tiles.TILE_OVERRIDE) beside the shipped one, bits checked under each: the tiles were chosen
 on 2026-11-29 / 12-03, before the GPU-instruction paths changed each element's work.
 --word-io both times the packed layouts with their codes moved as a thread's 8 elements off
 and on (packed_codes' FP4_WORD_IO_VERIFIED: mxfp4's 4-byte moves, FP6_HALVES_VERIFIED: mxfp6's
@@ -55,7 +55,7 @@ from kernels.spec.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
 from kernels.spec.platform import device_platform  # noqa: E402
 from timing import median_ms  # noqa: E402
 from kernels.reference import mx as ref  # noqa: E402
-from kernels.triton import fp4_lanes, hw_cvt, packed_codes  # noqa: E402
+from kernels.triton import fp4_lanes, hw_cvt, packed_codes, quant_tiles  # noqa: E402
 from kernels.triton import mx_quant as tri  # noqa: E402
 
 ROTATE = 4  # input buffers cycled through while timing
@@ -160,7 +160,7 @@ def parse_tiles(text: str) -> list[tuple[int, int, int] | None]:
     tiles: list[tuple[int, int, int] | None] = [None]
     for item in filter(None, (t.strip() for t in text.split(","))):
         try:
-            tiles.append(tri.tile_override(item))
+            tiles.append(quant_tiles.tile_override(item))
         except ValueError as err:
             raise ValueError(f"--tiles {err}") from None
     return tiles
@@ -198,8 +198,8 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
     with _setting(hw_cvt, CVT_VERIFIED=cvt), \
             _setting(fp4_lanes, FP4_LANES_VERIFIED=cvt, LANE_WORDS_VERIFIED=word_io), \
             _setting(packed_codes, FP4_WORD_IO_VERIFIED=word_io, FP6_HALVES_VERIFIED=word_io), \
-            _setting(tri,
-                     TILE_OVERRIDE={**tri.TILE_OVERRIDE, **override} if override else None):
+            _setting(quant_tiles,
+                     TILE_OVERRIDE={**quant_tiles.TILE_OVERRIDE, **override} if override else None):
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
 
@@ -247,7 +247,8 @@ def _run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], dev
         ms = median_ms(rotating(tri_fn, inputs), device)
         pack = tri.pack_code(fmt, layout)
         config = ("interpreter" if tri._INTERPRETED
-                  else f"{tri.gpu_tile(kernel, pack)}, num_warps {tri.gpu_warps(kernel, pack)}")
+                  else f"{quant_tiles.gpu_tile(kernel, pack)}, "
+                  f"num_warps {quant_tiles.gpu_warps(kernel, pack)}")
         sm = device_platform(device).sm
         lanes = fp4_lanes.lanes_here(name, 1, pack, tri._INTERPRETED, sm)
         if kernel != "qdq" and (hw_cvt.enabled(tri._INTERPRETED, sm) or lanes):

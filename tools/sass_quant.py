@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "with --cvt)")
     p.add_argument("--tile", default="",
                    help="ROWSxKwWARPS (e.g. 16x512w8) in place of the shipped tiles "
-                        "(mx_quant.TILE_OVERRIDE; what tools/bench_quant.py --tiles times)")
+                        "(quant_tiles.TILE_OVERRIDE; what tools/bench_quant.py --tiles times)")
     args = p.parse_args(argv)
     args.formats = [f for f in args.formats.split(",") if f]
     args.layouts = [lay for lay in args.layouts.split(",") if lay]
@@ -140,7 +140,7 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
     from triton.backends.compiler import GPUTarget
 
     from kernels.spec.formats import get_format
-    from kernels.triton import fp4_lanes, hw_cvt, mx_quant
+    from kernels.triton import fp4_lanes, hw_cvt, mx_quant, quant_tiles
     from kernels.triton.mx_codec import KIND_OF_DTYPE
     tdtype = torch_dtype(dtype)
     elem = {"bf16": "*i16", "fp16": "*fp16", "fp32": "*i32"}[dtype]
@@ -162,7 +162,7 @@ def compile_sass(kernel: str, name: str, layout: str, dtype: str, rounding: str,
                                                 sat_cast=sat, word_io=word_io)
         ptrs = {"data_ptr": data_pointer(pack), "scale_ptr": "*u8", "out_ptr": elem}
     if tile_override is None:
-        tile, warps = mx_quant.gpu_tile(kernel, pack), mx_quant.gpu_warps(kernel, pack)
+        tile, warps = quant_tiles.gpu_tile(kernel, pack), quant_tiles.gpu_warps(kernel, pack)
     else:  # (rows, K, warps), as a TILE_OVERRIDE entry would give it
         tile, warps = {"BLOCK_R": tile_override[0], "BLOCK_K": tile_override[1]}, tile_override[2]
     consts.update(tile)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # before kernels.triton is imported
     import triton
-    from kernels.triton.mx_quant import tile_override
+    from kernels.triton.quant_tiles import tile_override
     try:
         tile = tile_override(args.tile) if args.tile else None
     except ValueError as err:

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from kernels.spec.formats import ElemFormat, check_rounding
-from kernels.triton import launcher, mx_quant, mx_tiles
+from kernels.triton import launcher, mx_quant, mx_tiles, quant_tiles
 from kernels.triton.grid_dependency import pdl_here
 from kernels.triton.mx_codec import KIND_OF_DTYPE, ROUNDING_CODE, format_constexprs
 from kernels.triton.mx_quant import bits_view
@@ -117,7 +117,7 @@ class QdqPlan:
         args = (xb, ob, r, k, sx, k) + tail
         compiled = launcher.launch(self.kernel(),
                                    (key, launcher.aligned(xb), r == 1, r % 16 == 0, sx == 1,
-                                    sx % 16 == 0), grid, args, num_warps=mx_quant.GPU_WARPS,
+                                    sx % 16 == 0), grid, args, num_warps=quant_tiles.GPU_WARPS,
                                    num_stages=3)
         if fkey is not None and compiled is not None:
             self.fast[fkey] = launcher.Bound(compiled, grid, args, (0, 1))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.triton import mx_quant
+from kernels.triton import mx_quant, quant_tiles
 from support.tools import load_tool
 
 load_tool("timing")  # bench_quant's sibling import (tools/ is on its path as a script)
@@ -26,21 +26,21 @@ def test_a_bad_tile_names_itself_and_the_form(bad: str) -> None:
 
 
 def test_the_override_sets_tile_and_warps_of_one_kernel_and_layout(monkeypatch) -> None:
-    monkeypatch.setattr(mx_quant, "TILE_OVERRIDE", {("quantize", 2): (32, 256, 8)})
-    assert mx_quant.gpu_tile("quantize", 2) == {"BLOCK_R": 32, "BLOCK_K": 256}
-    assert mx_quant.gpu_warps("quantize", 2) == 8
-    assert mx_quant.gpu_tile("dequantize", 2) == mx_quant.PACKED_FP6_TILE  # others: as shipped
-    assert mx_quant.gpu_tile("quantize", 1) == mx_quant.GPU_TILE
-    assert mx_quant.gpu_warps("quantize", 1) == mx_quant.GPU_WARPS
-    monkeypatch.setattr(mx_quant, "TILE_OVERRIDE", {})
-    assert mx_quant.gpu_tile("quantize", 2) == mx_quant.PACKED_FP6_TILE
-    assert mx_quant.gpu_tile("qdq", 2) == mx_quant.GPU_TILE
+    monkeypatch.setattr(quant_tiles, "TILE_OVERRIDE", {("quantize", 2): (32, 256, 8)})
+    assert quant_tiles.gpu_tile("quantize", 2) == {"BLOCK_R": 32, "BLOCK_K": 256}
+    assert quant_tiles.gpu_warps("quantize", 2) == 8
+    assert quant_tiles.gpu_tile("dequantize", 2) == quant_tiles.PACKED_FP6_TILE  # others: as shipped
+    assert quant_tiles.gpu_tile("quantize", 1) == quant_tiles.GPU_TILE
+    assert quant_tiles.gpu_warps("quantize", 1) == quant_tiles.GPU_WARPS
+    monkeypatch.setattr(quant_tiles, "TILE_OVERRIDE", {})
+    assert quant_tiles.gpu_tile("quantize", 2) == quant_tiles.PACKED_FP6_TILE
+    assert quant_tiles.gpu_tile("qdq", 2) == quant_tiles.GPU_TILE
 
 
 def test_a_case_under_a_tile_checks_bits_and_restores_the_hook() -> None:
     """(On a GPU the tile is compiled and launched: 32 x 512, 8 warps, bits against the
     reference; in the interpreter the interpreter's tile runs.)"""
-    kept = dict(mx_quant.TILE_OVERRIDE)
+    kept = dict(quant_tiles.TILE_OVERRIDE)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows, problems = bench_quant.run_case("mxfp6_e3m2", "packed", "even", (16, 128), device, 1.0,
                                           False, seed=3, tile=(32, 512, 8))
@@ -48,4 +48,4 @@ def test_a_case_under_a_tile_checks_bits_and_restores_the_hook() -> None:
     assert [row["kernel"] for row in rows] == ["quantize", "dequantize"]  # qdq: not tiled
     if device == "cuda":
         assert all("'BLOCK_R': 32, 'BLOCK_K': 512}, num_warps 8" in row["config"] for row in rows)
-    assert mx_quant.TILE_OVERRIDE == kept
+    assert quant_tiles.TILE_OVERRIDE == kept

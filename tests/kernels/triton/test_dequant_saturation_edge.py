@@ -17,7 +17,7 @@ from kernels.reference import mx as ref
 from kernels.reference.elements import code_value
 from kernels.reference.packing import pack_codes
 from kernels.spec.formats import FORMATS
-from kernels.triton import mx_quant
+from kernels.triton import mx_quant, quant_tiles
 
 from support.device import DEVICE
 
@@ -59,8 +59,8 @@ def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 def test_dequantize_around_the_edge(name: str, layout: str, out_dtype: torch.dtype) -> None:
     fmt = FORMATS[name]
     safe = edge_byte(name, out_dtype)
-    tile_r = (mx_quant.INTERPRETER_TILE if DEVICE == "cpu"
-              else mx_quant.gpu_tile("dequantize", 0))["BLOCK_R"]
+    tile_r = (quant_tiles.INTERPRETER_TILE if DEVICE == "cpu"
+              else quant_tiles.gpu_tile("dequantize", 0))["BLOCK_R"]
     n = 1 << fmt.bits
     codes = (torch.arange(K) % n).to(torch.uint8)
     groups = [safe - 1, safe, safe + 1, 255]

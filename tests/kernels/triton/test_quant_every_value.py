@@ -15,7 +15,7 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from kernels.triton import fp4_lanes, hw_cvt, mx_quant
+from kernels.triton import fp4_lanes, hw_cvt, mx_quant, quant_tiles
 
 from support.device import DEVICE
 from support.hw_cvt_path import through_hw_cvt
@@ -66,9 +66,9 @@ def check(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torc
                          ids=[f"{n}-{lay}-{p}-{str(d)[6:]}" for n, lay, p, d in CASES])
 def test_every_value(name: str, layout: str, path: str, dtype: torch.dtype,
                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mx_quant, "INTERPRETER_TILE", TILE)
-    monkeypatch.setattr(mx_quant, "GPU_TILE", TILE)
-    monkeypatch.setattr(mx_quant, "PACKED_FP6_TILE", TILE)
+    monkeypatch.setattr(quant_tiles, "INTERPRETER_TILE", TILE)
+    monkeypatch.setattr(quant_tiles, "GPU_TILE", TILE)
+    monkeypatch.setattr(quant_tiles, "PACKED_FP6_TILE", TILE)
     fmt = FORMATS[name]
     if path != "encode":
         through_hw_cvt(monkeypatch, fmt)

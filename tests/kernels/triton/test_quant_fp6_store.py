@@ -20,7 +20,7 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS, ROUNDINGS
-from kernels.triton import hw_cvt, mx_quant, packed_codes
+from kernels.triton import hw_cvt, mx_quant, packed_codes, quant_tiles
 
 from support.device import DEVICE
 
@@ -123,9 +123,9 @@ def test_packed_fp6_multi_chunk_tiles(name: str, tile: tuple[int, int],
     """Tiles of 2 and 4 chunks (the GPU tile is 8 x 512): chunk offsets inside a tile and
     tails that end inside the tile, mid-chunk and mid-vector."""
     block = {"BLOCK_R": tile[0], "BLOCK_K": tile[1]}
-    monkeypatch.setattr(mx_quant, "INTERPRETER_TILE", block)
-    monkeypatch.setattr(mx_quant, "GPU_TILE", block)
-    monkeypatch.setattr(mx_quant, "PACKED_FP6_TILE", block)
+    monkeypatch.setattr(quant_tiles, "INTERPRETER_TILE", block)
+    monkeypatch.setattr(quant_tiles, "GPU_TILE", block)
+    monkeypatch.setattr(quant_tiles, "PACKED_FP6_TILE", block)
     seed = zlib.crc32(f"fp6 tiles {name} {tile}".encode())
     for i, (r, k) in enumerate([(3, 96), (5, 160), (17, 224), (3, 256), (2, 288), (9, 1024)]):
         dtype = DTYPES[i % len(DTYPES)]
