@@ -22,7 +22,7 @@ and 2i + 1 get byte i), so the kernel's pair split picks them as it picks `encod
 
 The pairs are a thread's consecutive registers, K-neighbours only in the 16-byte vector layout
 Triton picks where it proves the rows aligned: quantize takes the lanes there alone
-(mx_quant.rows_16_byte_provable; an unaligned view gave wrong bytes on an H100, 2026-12-05).
+(launcher.rows_aligned; an unaligned view gave wrong bytes on an H100, 2026-12-05).
 In the interpreter (no PTX) the same bytes come from `encode` (`lane_bytes`' twin).
 FP4_LANES_VERIFIED gates the path on a GPU: written 2026-12-05 without a GPU (compiled for
 sm_90a offline: tests/kernels/triton/test_fp4_lanes.py runs the PTX on a CPU model against the
@@ -36,7 +36,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.triton.mx_codec import encode, pow2
+from kernels.triton.mx_codec import encode, pow2, tile_ptrs
 
 FP4_LANES_VERIFIED = True
 # The lanes on whole words (`lane_word_asm`, `word_tile`, `lane_bytes`' WORDS): each asm call's
@@ -149,12 +149,9 @@ def word_tile(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
     blocks' max |x| as fp32 bits [BLOCK_R, NB] (NaN's above Inf's, as mx_codec.block_exponents
     takes them), and its row indices."""
     NB: tl.constexpr = BLOCK_K // 32
-    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
-    ptrs = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + \
-        rows.to(tl.int64)[:, None] * (stride_x // 2) + cols[None, :]
-    w = tl.load(ptrs, mask=(rows < R)[:, None] & (cols < K // 2)[None, :], other=0)
-    w = tl.reshape(w, [BLOCK_R, NB, 16])
+    ptrs, mask, rows = tile_ptrs(x_ptr.to(tl.pointer_type(tl.int32), bitcast=True),
+                                 stride_x // 2, R, K // 2, pid_r, pid_k, BLOCK_R, BLOCK_K // 2)
+    w = tl.reshape(tl.load(ptrs, mask=mask, other=0), [BLOCK_R, NB, 16])
     amax = tl.maximum(tl.max(w & 0x7FFF, axis=2), tl.max((w >> 16) & 0x7FFF, axis=2))
     return w, amax << 16, rows
 
@@ -167,20 +164,18 @@ def lane_bytes(h, e, bad, CLAMP: tl.constexpr, PACKED: tl.constexpr, ASM: tl.con
     (mx_codec.block_exponents) -> PACKED: the packed mxfp4 bytes uint8 [BLOCK_R, BLOCK_K // 2];
     else each element's code, uint8 [BLOCK_R, BLOCK_K] (a NaN / Inf block's 0; WORDS: PACKED
     only). CLAMP: the scales may leave |x * 2**-E| above 6 (floor rounding)."""
-    f = (127 - e) << 7  # bf16 2**-E: E in [-127, 126] for bf16 input (module docstring)
     tl.static_assert(PACKED or not WORDS, "the lanes' whole words write packed mxfp4 only")
-    if ASM and WORDS:  # each word its own factor and mask: any four words an asm call
+    if ASM:
+        f = (127 - e) << 7  # bf16 2**-E: E in [-127, 126] for bf16 input (module docstring)
         factor = tl.broadcast_to((f | (f << 16))[:, :, None], h.shape)
         keep = tl.broadcast_to(tl.where(bad, 0, -1)[:, :, None], h.shape)
-        if CLAMP:
-            byte = _asm_word_bytes(h, factor, keep, _WORDS_CLAMP)
-        else:
-            byte = _asm_word_bytes(h, factor, keep, _WORDS)
-        return tl.reshape(byte, [BLOCK_R, BLOCK_K // 2])
-    elif ASM:
-        factor = tl.broadcast_to((f | (f << 16))[:, :, None], h.shape)
-        keep = tl.broadcast_to(tl.where(bad, 0, -1)[:, :, None], h.shape)
-        if PACKED:
+        if WORDS:  # each word its own factor and mask: any four words an asm call
+            if CLAMP:
+                byte = _asm_word_bytes(h, factor, keep, _WORDS_CLAMP)
+            else:
+                byte = _asm_word_bytes(h, factor, keep, _WORDS)
+            return tl.reshape(byte, [BLOCK_R, BLOCK_K // 2])
+        elif PACKED:
             if CLAMP:
                 out = _asm_lanes(h, factor, keep, _LANES_CLAMP)
             else:

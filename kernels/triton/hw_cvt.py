@@ -196,7 +196,7 @@ def cvt_codes(x, e, bad, CVT: tl.constexpr, SHIFT: tl.constexpr, CLAMP: tl.const
     (mx_codec.blocks_scaled) -> the codes of x * 2**-E through fp8 CVT (1 e4m3, 2 e5m2): uint8
     codes [R, NB, 32] (a NaN / Inf block's 0), or with GROUPS (packed mxfp6) int32 parts whose
     packed_codes.pack4 is each four codes' 24-bit group (the PTX's groups are a thread's
-    consecutive registers: ASM only where mx_quant.rows_16_byte_provable). The block's factor
+    consecutive registers: ASM only where launcher.rows_aligned). The block's factor
     2**(-E - SHIFT) is one multiply (exact: a power of two; a product below fp32's normal range
     is far below the smallest code). CLAMP: `clamp_of`'s bound, or 0.0."""
     v = x * pow2_wide(-e - SHIFT)[:, :, None]

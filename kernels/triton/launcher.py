@@ -31,6 +31,15 @@ def aligned(t: Any) -> bool:
     return t.data_ptr() % 16 == 0
 
 
+def rows_aligned(t: Any) -> bool:
+    """Whether Triton's specialization proves every row of a 2-D tensor 16-byte aligned: its
+    pointer (16 bytes) and its row stride (16 elements) multiples of 16. Only then does it lay a
+    row's elements out in 16-byte vectors: what cp.async copies need (wgmma_tiles.copyable_rows)
+    and PTX that takes a thread's consecutive elements together (mx_quant.quantize's lanes and
+    fp6 groups: wrong codes on an H100 elsewhere, 2026-12-05)."""
+    return t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0
+
+
 def spec_key(args: Sequence[Any], constexprs: frozenset = frozenset()) -> tuple:
     """Triton's specialization of `args`, conservatively: per tensor its dtype and 16-byte
     alignment; per int whether it is 1, a multiple of 16, 32-bit; the constexprs (their indices
@@ -233,5 +242,5 @@ def compiled_count() -> int:
 
 
 __all__ = ["Bound", "aligned", "cdiv", "compiled_count", "compiled_of", "constexpr_indices",
-           "current_stream", "hooked", "intern", "launch", "launch_auto", "spec_key",
-           "split_launcher"]
+           "current_stream", "hooked", "intern", "launch", "launch_auto", "rows_aligned",
+           "spec_key", "split_launcher"]

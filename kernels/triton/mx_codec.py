@@ -267,8 +267,10 @@ def store_fp32(ptrs, f, mask, OUT_KIND: tl.constexpr, HW_CAST: tl.constexpr = Fa
 
 
 @triton.jit
-def _tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+def tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
+              BLOCK_K: tl.constexpr):
+    """Tile (pid_r, pid_k)'s element pointers [BLOCK_R, BLOCK_K] of a row-major [R, K] tensor,
+    their in-bounds mask and the row indices (fp4_lanes.word_tile: of its int32 view too)."""
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows < R)[:, None] & (cols < K)[None, :]
@@ -280,7 +282,7 @@ def tile_blocks(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
                 BLOCK_K: tl.constexpr, IN_KIND: tl.constexpr):
     """A [BLOCK_R, BLOCK_K] tile as fp32 [BLOCK_R, NB, 32] blocks (0 past R / K), row indices."""
     NB: tl.constexpr = BLOCK_K // 32
-    ptrs, mask, rows = _tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
+    ptrs, mask, rows = tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
     return tl.reshape(load_fp32(ptrs, mask, IN_KIND), [BLOCK_R, NB, 32]), rows
 
 
@@ -289,7 +291,7 @@ def tile_bits(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R: tl.constexpr,
               BLOCK_K: tl.constexpr):
     """`tile_blocks` of a 16-bit tensor's bits (its int16 view), not converted."""
     NB: tl.constexpr = BLOCK_K // 32
-    ptrs, mask, rows = _tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
+    ptrs, mask, rows = tile_ptrs(x_ptr, stride_x, R, K, pid_r, pid_k, BLOCK_R, BLOCK_K)
     return tl.reshape(tl.load(ptrs, mask=mask, other=0), [BLOCK_R, NB, 32]), rows
 
 

@@ -289,14 +289,6 @@ def dequantize_constexprs(fmt: ElemFormat, layout: str, out_dtype: torch.dtype,
     return consts
 
 
-def rows_16_byte_provable(x: torch.Tensor) -> bool:
-    """Whether Triton proves x's rows 16-byte aligned (pointer and row stride multiples of 16):
-    the PTX that takes a thread's consecutive elements together (fp4_lanes' pairs, hw_cvt's mxfp6
-    groups) needs the vector layout that gives (H100 2026-12-05: a view one element in, wrong
-    packed mxfp4 codes); elsewhere quantize takes the elementwise paths."""
-    return x.data_ptr() % 16 == 0 and x.stride(0) % 16 == 0
-
-
 def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
              layout: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x2d [R, K] fp32/bf16/fp16, K % 32 == 0 -> (data uint8 [R, bytes_per_row(fmt, layout, K)],
@@ -309,7 +301,9 @@ def quantize(x2d: torch.Tensor, fmt: ElemFormat, rounding: str,
     pack = pack_code(fmt, layout)
     sm = device_platform(x.device).sm
     cvt = hw_cvt.cvt_here(fmt, _INTERPRETED, sm)
-    rows16 = rows_16_byte_provable(x)
+    rows16 = launcher.rows_aligned(x)  # else no PTX on a thread's consecutive elements (the
+    # half-lanes' pairs, hw_cvt's mxfp6 groups): only these rows' vector layout makes them
+    # K-neighbours (an H100 gave wrong codes elsewhere, 2026-12-05)
     lanes = fp4_lanes.lanes_here(fmt.name, KIND_OF_DTYPE[x.dtype], pack, _INTERPRETED, sm)
     on_words = lanes and fp4_lanes.words_here(pack, x.data_ptr(), x.stride(0))
     lanes = lanes and (on_words or rows16)  # the half-lanes: in 16-byte vectors only

@@ -29,6 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.spec.contract import QuantKey
 from kernels.spec.formats import get_format
+from kernels.triton import launcher
 from kernels.triton.fp4_words import ALIGN, CHUNK_K
 from kernels.triton.mx_codec import ROUNDING_CODE, format_constexprs, qdq_blocks
 
@@ -236,9 +237,9 @@ def qdq_x_tile(src, dst, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, WARPS: gl
 
 def copyable_rows(x2d: Tensor) -> Tensor:
     """x2d, or an aligned copy of it: cp.async copies x in 16-byte vectors, which needs rows
-    Triton knows to be 16-element aligned (a row stride of 8 mod 16 does not compile); a view
-    at an odd offset or row stride is copied."""
-    if x2d.data_ptr() % 16 or x2d.stride(0) % 16:
+    Triton knows to be aligned (`launcher.rows_aligned`; a row stride of 8 mod 16 does not
+    compile); a view at an odd offset or row stride is copied."""
+    if not launcher.rows_aligned(x2d):
         return x2d.clone(memory_format=torch.contiguous_format)
     return x2d
 

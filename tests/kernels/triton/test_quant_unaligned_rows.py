@@ -5,7 +5,7 @@ the GPU-instruction paths and with the packed layouts' word moves off and on.
 Why: the PTX that takes a thread's consecutive elements together (fp4_lanes' bf16x2 pairs,
 hw_cvt's packed mxfp6 groups) is right only in the vector layout Triton picks where it can prove
 the rows aligned; on an H100 (2026-12-05) a bf16 view one element in gave wrong packed mxfp4
-codes. quantize takes the elementwise paths there (mx_quant.rows_16_byte_provable), or, for the
+codes. quantize takes the elementwise paths there (launcher.rows_aligned), or, for the
 lanes, whole words (fp4_lanes.LANE_WORDS_VERIFIED: each word its own factor, any layout)."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 from kernels.reference import mx as ref
 from kernels.spec.formats import FORMATS
-from kernels.triton import fp4_lanes, mx_quant, packed_codes
+from kernels.triton import fp4_lanes, launcher, mx_quant, packed_codes
 
 from support.device import DEVICE
 from support.hw_cvt_path import through_hw_cvt
@@ -65,7 +65,7 @@ def test_views_quantize_like_their_dense_copies(name: str, layout: str, dtype: t
     x = rows(dtype, seed=len(name) + 3 * len(layout))
     want_data, want_scales = ref.quantize(x, fmt, "even", layout)
     for where, view in views(x).items():
-        assert not mx_quant.rows_16_byte_provable(view), where
+        assert not launcher.rows_aligned(view), where
         data, scales = mx_quant.quantize(view, fmt, "even", layout)
         assert torch.equal(scales.cpu(), want_scales), f"{where}: scales"
         bad = (data.cpu() != want_data).nonzero()
@@ -82,7 +82,7 @@ def test_the_grouping_paths_are_taken_where_the_rows_are_provable(
                         seen.update(consts))
     x = rows(torch.bfloat16, seed=1).to(DEVICE)
     one_in = views(x.cpu())["one element in"]
-    assert mx_quant.rows_16_byte_provable(x)
+    assert launcher.rows_aligned(x)
     mx_quant.quantize(x, FORMATS["mxfp4"], "even", "packed")
     assert seen["LANES"]
     mx_quant.quantize(one_in, FORMATS["mxfp4"], "even", "packed")
