@@ -27,6 +27,7 @@ from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
 from registry.machine.timing import graph_ms, median_ms  # noqa: E402
 from kernels.triton import linear_wgmma, moe_wgmma  # noqa: E402
+from gates import setting  # noqa: E402
 from tune_linear import forced_spec, wgmma_name  # noqa: E402
 
 
@@ -60,18 +61,10 @@ def forced_config(cfg):
     if cfg is None:
         yield
         return
-    gates = ("WARPS_VERIFIED", "SUB_K_VERIFIED", "REP_VERIFIED", "TMA_X_VERIFIED", "WS_VERIFIED",
-             "WIDE_M_VERIFIED")
-    saved = moe_wgmma.config_for, [getattr(linear_wgmma, g) for g in gates]
-    moe_wgmma.config_for = lambda *a, **kw: cfg
-    for g, on in zip(gates, ((4, 8), True, True, True, True, True)):
-        setattr(linear_wgmma, g, on)
-    try:
+    with setting(moe_wgmma, config_for=lambda *a, **kw: cfg), \
+            setting(linear_wgmma, WARPS_VERIFIED=(4, 8), SUB_K_VERIFIED=True, REP_VERIFIED=True,
+                    TMA_X_VERIFIED=True, WS_VERIFIED=True, WIDE_M_VERIFIED=True):
         yield
-    finally:
-        moe_wgmma.config_for = saved[0]
-        for g, value in zip(gates, saved[1]):
-            setattr(linear_wgmma, g, value)
 
 
 def open_gates(names: list[str], ap: argparse.ArgumentParser) -> None:

@@ -28,7 +28,6 @@ Without a GPU it runs (slowly) in Triton's interpreter: `--quick --shape 64x128`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import itertools
 import json
@@ -53,6 +52,7 @@ import triton  # noqa: E402
 
 from kernels.spec.formats import FORMATS, ROUNDINGS, bytes_per_row  # noqa: E402
 from kernels.spec.platform import device_platform  # noqa: E402
+from gates import setting  # noqa: E402
 from timing import median_ms  # noqa: E402
 from kernels.reference import mx as ref  # noqa: E402
 from kernels.triton import fp4_lanes, hw_cvt, packed_codes, quant_tiles  # noqa: E402
@@ -166,19 +166,6 @@ def parse_tiles(text: str) -> list[tuple[int, int, int] | None]:
     return tiles
 
 
-@contextlib.contextmanager
-def _setting(obj, **values):
-    """Module attributes set for the duration (None: left as they are)."""
-    kept = {name: getattr(obj, name) for name, v in values.items() if v is not None}
-    try:
-        for name in kept:
-            setattr(obj, name, values[name])
-        yield
-    finally:
-        for name, v in kept.items():
-            setattr(obj, name, v)
-
-
 def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], device: str,
              copy_tbs: float, time_reference: bool, seed: int,
              only: tuple = ("quantize", "dequantize", "qdq"),
@@ -195,10 +182,10 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
                                         for kernel in ("quantize", "dequantize")}
     if cvt or tile is not None:
         only = tuple(k for k in only if k != "qdq")
-    with _setting(hw_cvt, CVT_VERIFIED=cvt), \
-            _setting(fp4_lanes, FP4_LANES_VERIFIED=cvt, LANE_WORDS_VERIFIED=word_io), \
-            _setting(packed_codes, FP4_WORD_IO_VERIFIED=word_io, FP6_HALVES_VERIFIED=word_io), \
-            _setting(quant_tiles,
+    with setting(hw_cvt, CVT_VERIFIED=cvt), \
+            setting(fp4_lanes, FP4_LANES_VERIFIED=cvt, LANE_WORDS_VERIFIED=word_io), \
+            setting(packed_codes, FP4_WORD_IO_VERIFIED=word_io, FP6_HALVES_VERIFIED=word_io), \
+            setting(quant_tiles,
                      TILE_OVERRIDE={**quant_tiles.TILE_OVERRIDE, **override} if override else None):
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)

@@ -7,9 +7,10 @@
 #      benchmarks part 17: split rows at M <= 256 on N < 16384; re-run to re-check the table);
 #   2. host: where eager time goes (tools/host_profile.py --ms 256,1024);
 #   3. `registry bench` of mxfp8 at M = 1 / 16 / 1024 on the large shapes;
-#   4. pdl: W4A4 against W4A16: both gates off, PDL on, the small-rows QDQ tile on
-#      (qdq_plan.SMALL_ROWS_VERIFIED, written 2026-12-05: 90 SASS a thread at M = 1, was 683),
-#      and both on; PDL_MS / PDL_SHAPES narrow it (the gap is at M <= 64 on 8192^2);
+#   4. pdl: W4A4 against W4A16: as shipped and with PDL on (the runs before 2026-12-05 21:30
+#      UTC had PDL off in both: the script set it around prepare only, part 31); PDL_MS /
+#      PDL_SHAPES narrow it (the gap is at M <= 64 on 8192^2); fused_act: W4A4's QDQ in the
+#      GEMM (one launch), whole tile and rows, beside two launches;
 #   5. m1_occupancy / m16_occupancy: mxfp4 / mxfp6 at M = 1 / 16 with more programs an SM,
 #      and at M = 1 split 1 with 6 / 8 stages (no split-K partials: the last slice's store,
 #      fence, counter and partial read sit on the critical path of part 19's ~2 µs of extra
@@ -51,6 +52,7 @@
 #   OUT=/tmp/out STEPS=moe8 bash tools/gpu_sweeps.sh            (8-bit experts: wgmma against
 #     the grouped Triton kernel, after the whole suite ran green with their GPU test)
 #   OUT=/tmp/out STEPS=fp8_eager bash tools/gpu_sweeps.sh       (W4A8 eager, its Bound off / on)
+#   OUT=/tmp/out STEPS="fused_act pdl" bash tools/gpu_sweeps.sh (W4A4 in one launch; PDL again)
 #   OUT=/tmp/out STEPS=quant_tiles bash tools/gpu_sweeps.sh     (quantize / dequantize tiles,
 #     ~6 min; STEPS=quant_word_io, the packed word moves off / on, a call of its own: both ran
 #     past their limits together on an H100, part 29)
@@ -76,11 +78,19 @@ step wide "${WIDE_S:-200}" python3 tools/tune_linear.py --parts wgmma,dequant --
 step host "${HOST_S:-90}" python3 tools/host_profile.py --ms 256,1024
 step bench_fp8 "${BENCH_S:-90}" python3 -m registry bench w_mxfp8_e4m3 --m 1,16,1024 \
   --shapes 28672x8192,8192x28672 --quiet --out "$OUT/bench_fp8.json"
-step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --ms "${PDL_MS:-1,16,64,1024}" \
+step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --compare pdl --ms "${PDL_MS:-1,16,64,1024}" \
   --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/pdl.json"
+# W4A4 with its activation QDQ inside the GEMM (one launch a call, what eager needs: part 29's
+# loop column) on the whole x tile and on the rows a plan can have (wgmma_config.
+# ACT_ROWS_VERIFIED, written 2026-12-05 without a GPU, part 31: the M = 1 row's K loop 376 ->
+# 422 SASS a thread, where the whole tile's took 971), beside the two launches as shipped;
+# graph / eager / loop, bits checked. Put fuse_act in the table's rows where it wins.
+step fused_act "${FUSED_S:-240}" python3 tools/bench_pdl.py --compare fused \
+  --ms "${FUSED_MS:-1,16}" --shapes "${FUSED_SHAPES:-8192x8192,28672x8192,8192x28672}" \
+  --out "$OUT/fused_act.json"
 # W4A8 (static fp8 activations) eager with its QDQ's Bound launches off / on
 # (qdq_plan.FP8_STATIC_BOUND_VERIFIED, written 2026-12-05 without a GPU)
-step fp8_eager "${FP8E_S:-150}" python3 tools/bench_pdl.py --act fp8 \
+step fp8_eager "${FP8E_S:-150}" python3 tools/bench_pdl.py --act fp8 --compare bound \
   --ms "${PDL_MS:-1,16,64,1024}" --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/fp8_eager.json"
 step m1_occupancy "${M1_S:-150}" python3 tools/tune_linear.py --parts wgmma --ms 1 \
   --weights mxfp4,mxfp6_e3m2 --out "$OUT/m1_occupancy.json" \

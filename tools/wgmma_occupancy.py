@@ -45,9 +45,10 @@ def programs_an_sm(registers: int, warps: int, shared: int) -> dict[str, int]:
     return {**limits, "programs": min(limits.values())}
 
 
-def compile_config(cfg, fmt_index: int, grouped: bool) -> dict:
-    """One WgmmaConfig compiled for sm_90a as moe_wgmma / run_wgmma launch it (no bias, no
-    activation QDQ, no K tail): registers, shared bytes, its programs an SM, the K loop."""
+def compile_config(cfg, fmt_index: int, grouped: bool, act: str = "", act_rows: int = 0) -> dict:
+    """One WgmmaConfig compiled for sm_90a as moe_wgmma / run_wgmma launch it (no bias, no K
+    tail; `act` "format:rounding": the activation QDQ inside it on `act_rows` rows, 0 all):
+    registers, shared bytes, its programs an SM, the K loop."""
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
@@ -60,7 +61,8 @@ def compile_config(cfg, fmt_index: int, grouped: bool) -> dict:
     consts = wgmma_consts(dict(BLOCK_M=cfg.block_m, BLOCK_K=cfg.block_k, SPLIT=cfg.split,
                                STAGES=cfg.stages, WARPS=cfg.warps, FMT=fmt_index,
                                GROUPED=grouped, HAS_BIAS=False, SUB_K=cfg.sub_k, REP=cfg.rep,
-                               X_TMA=cfg.tma_x or cfg.ws))
+                               X_TMA=cfg.tma_x or cfg.ws, ACT_ROWS=act_rows,
+                               **({"ACT": act} if act else {})))
     kern, sig, attrs = wgmma_signature(consts, ws=cfg.ws)
     options = dict(num_warps=cfg.warps, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     compiled = triton.compile(GluonASTSource(kern, sig, consts, attrs),
@@ -87,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grouped", action="store_true", help="the MoE experts' kernel (GROUPED)")
     p.add_argument("--wgmma", default="", help="configs (tune_linear's specs), comma-separated; "
                    "default: the table's wgmma rows of the format's family")
+    p.add_argument("--act", default="",
+                   help="an activation key (format:rounding, e.g. mxfp4:even): its QDQ inside "
+                        "the kernel (fuse_act)")
+    p.add_argument("--act-rows", type=int, default=0,
+                   help="with --act: the rows the QDQ covers (the kernel's ACT_ROWS; 0: all)")
     p.add_argument("--ops", action="store_true",
                    help="also the K loop's SASS by opcode (where the decode's instructions go)")
     args = p.parse_args(argv)
@@ -109,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
           "shared bytes a program, programs an SM (registers / shared / warps), K-loop SASS")
     for label, cfg in rows:
         try:
-            got = compile_config(cfg, FORMATS.index(args.format), args.grouped)
+            got = compile_config(cfg, FORMATS.index(args.format), args.grouped, args.act,
+                                 args.act_rows)
         except Exception as e:  # a config this format's kernel cannot build: say so, go on
             print(f"{label}: does not compile: {type(e).__name__}: {str(e)[-300:]}")
             continue

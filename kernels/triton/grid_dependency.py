@@ -24,10 +24,11 @@ wgmma_tiles.grid_wait (Gluon); the release below is Triton's, for the QDQ kernel
 PDL_VERIFIED gates it as linear_wgmma's gates do: written 2026-12-05 without a GPU (compiled
 for sm_90a offline: tests/kernels/triton/test_grid_dependency.py); switched on once that file's
 GPU tests pass in a whole-suite H200 run, and kept only where `registry bench` shows W4A4's
-time nearer W4A16's. Kept OFF (2026-12-05, H100, tools/bench_pdl.py, graph): its GPU tests pass
-(same bits as off), but it gained 0.1-0.7 us at M = 1 / 16 / 64 (W4A4 / W4A16 8192^2 1.13 /
-1.19 / 1.21 -> 1.12 / 1.18 / 1.18) and lost 8.5 us at M = 1024; the gap is not one launch's
-latency (docs/benchmarks.md part 21).
+time nearer W4A16's. Its GPU tests pass (same bits as off). Its speed is NOT yet measured: the
+"PDL on" columns of docs/benchmarks.md parts 21 / 23 / 24 came from tools/bench_pdl.py setting
+the gate around `prepare` only, while plans read it at a layer's first call, so both columns ran
+with PDL off (found 2026-12-05, part 31; the tool now holds a setting's gates for all its calls:
+`bench_pdl.py --compare pdl`). Off until that run.
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 from kernels.reference.elements import decode_e8m0
-from kernels.triton.wgmma_tiles import _tma_load
+from kernels.triton.wgmma_tiles import _tma_load, reinterpret
 
 # test_matches_the_reference_and_the_triton_kernel passed in the whole-suite H200 run of b698ccb
 # (2026-12-03 17:21 UTC); 395-439 TFLOP/s at M = 1024 / 4096 (0.56-0.64x bf16; the Triton kernel
@@ -48,8 +48,6 @@ SLICE = 32  # K a scale block, a wgmma k-step, a TMA box's width
 CODES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2))
 SCALES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
 FLAT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))  # a scale slot's values, 1-D
-# triton 3.6 (the H200) names it _reinterpret, 3.9 (CPU CI) reinterpret
-_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 WREGS = gl.constexpr(232)
 LOADER_REGS = gl.constexpr(40)
 
@@ -123,11 +121,7 @@ def _loader(a_desc, sa_desc, b_desc, sb_desc, a_smem, b_smem, sa_smem, sb_smem, 
 @gluon.jit
 def _flat(slot, n: gl.constexpr):
     """A scale slot ([4, rows] fp32, unswizzled: row-major) as its n values in a row."""
-    if _REINTERPRET:
-        flat = slot.reinterpret(gl.float32, [n], FLAT)
-    else:
-        flat = slot._reinterpret(gl.float32, [n], FLAT)
-    return flat
+    return reinterpret(slot, gl.float32, [n], FLAT)
 
 
 @gluon.jit

@@ -57,8 +57,8 @@ from kernels.triton.wgmma_decode import (acc_layout, along, decode, halves, slot
 from kernels.triton import wgmma_tiles
 from kernels.triton.wgmma_tiles import (X_SMEM, XDesc, copy_tile, copy_weight_tile, copy_x_tile,
                                         copyable_rows, cta_barrier, expert_rows, finish_tile,
-                                        grid_wait, layout_chunks, qdq_x_tile, weight_ring,
-                                        x_descriptor)
+                                        grid_wait, layout_chunks, qdq_rows, qdq_x_tile,
+                                        weight_ring, x_descriptor)
 
 
 @gluon.jit(do_not_specialize=["M", "TILES_PER_SPLIT", "E"])
@@ -69,7 +69,8 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
                          K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
                          ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
-                         X_TMA: gl.constexpr = False, PDL: gl.constexpr = False):
+                         X_TMA: gl.constexpr = False, PDL: gl.constexpr = False,
+                         ACT_ROWS: gl.constexpr = 0):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
@@ -78,8 +79,9 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     each thread's 8 (fp8_words / int8_words); 1 / 2: mxfp6 e2m3 / e3m2, w the codes' top bits
     and b_ptr their low bits (fp6_words). ACT: () or an activation's QDQ facts
     (wgmma_tiles.act_facts): the x tile's QDQ in the kernel, into a buffer of its own, before
-    the wgmma reads it. SUB_K 2: each K tile as two halves, the second decoded while the
-    first's wgmma is in flight. REP 2: each warpgroup owns two 64-row blocks (128 weight rows a
+    the wgmma reads it, on its first ACT_ROWS rows (0: all; wgmma_config.act_rows: the rest,
+    rows no call of the plan has, stay zeros). SUB_K 2: each K tile as two halves, the second
+    decoded while the first's wgmma is in flight. REP 2: each warpgroup owns two 64-row blocks (128 weight rows a
     warpgroup, two wgmmas a K step on one x tile): the tile's G = WARPS * REP groups of 16 rows,
     warp w holding groups w, w + WARPS.
     X_TMA: x_ptr is a TMA descriptor of x ([M, K], box [BLOCK_M, BLOCK_K]) and each x tile one
@@ -177,8 +179,11 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         for s in gl.static_range(D):
             copy_x_tile(x_smem.index(s), xptrs, xmask, xc, _slot(xbar, s, X_TMA),
                         gl.minimum(k_lo + s, k_hi - 1), K, row0, BLOCK_K, K_TAIL, X_TMA)
+    QROWS: gl.constexpr = qdq_rows(ACT_ROWS, BLOCK_M)
     if len(ACT) > 0:
         xq_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_K], XS)
+        if QROWS < BLOCK_M:  # rows past the QDQ's, once (ordered before the wgmma as its rows)
+            xq_smem.store(gl.zeros([BLOCK_M, BLOCK_K], gl.bfloat16, XL))
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
     for kk in range(k_lo, k_hi):
         i = kk - k_lo
@@ -198,7 +203,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         cur = i % STAGES
         xb = x_smem.index(cur)
         if len(ACT) > 0:  # W*A*: QDQ the x tile here instead of in a launch of its own
-            qdq_x_tile(xb, xq_smem, BLOCK_M, BLOCK_K, WARPS, ACT)
+            qdq_x_tile(xb, xq_smem, QROWS, BLOCK_M, BLOCK_K, WARPS, ACT)
             fence_async_shared()
             xb = xq_smem
         words, bw, base, sword = slot_operands(w_smem.index(cur), b_smem.index(cur),
@@ -379,7 +384,7 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
     args = (xa, *weight, b, out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1,
             x2d.stride(0), out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m,
             cfg.block_k, cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt,
-            plan.act, cfg.sub_k, cfg.rep, cfg.tma_x, plan.pdl)
+            plan.act, cfg.sub_k, cfg.rep, cfg.tma_x, plan.pdl, plan.act_rows)
     kernel = _ws_linear_kernel if cfg.ws else _wgmma_linear_kernel
     compiled = launcher.launch(kernel, key, grid, args, num_warps=cfg.warps, num_stages=1,
                                maxnreg=cfg.maxnreg, pdl=plan.pdl)

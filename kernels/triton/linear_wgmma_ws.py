@@ -47,7 +47,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from kernels.triton.wgmma_config import BLOCK_M_WIDE
 from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
 from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
-                                        grid_wait, layout_chunks, weight_ring)
+                                        grid_wait, layout_chunks, reinterpret, weight_ring)
 
 ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
 WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
@@ -64,18 +64,12 @@ W_FLAT = gl.constexpr(flat_layout(32))
 S_FLAT = gl.constexpr(flat_layout(8))
 _ROW = gl.constexpr(ROW)
 _WIDE_M = gl.constexpr(BLOCK_M_WIDE)  # the wide tile's BLOCK_M (the module docstring)
-# triton 3.6 (the H200) names it _reinterpret, 3.9 (CPU CI) reinterpret
-_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 
 
 @gluon.jit
 def _as_box(slot, dtype: gl.constexpr, rows: gl.constexpr, layout: gl.constexpr):
     """A ring slot (the consumers' view) as the [rows, ROW] box its TMA copy writes."""
-    if _REINTERPRET:
-        box = slot.reinterpret(dtype, [rows, _ROW], layout)
-    else:
-        box = slot._reinterpret(dtype, [rows, _ROW], layout)
-    return box
+    return reinterpret(slot, dtype, [rows, _ROW], layout)
 
 
 def ws_descriptors(cache: dict, key: object, words, bwords, sbytes, block_k: int) -> tuple:
@@ -105,7 +99,8 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
                       K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
                       ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
-                      X_TMA: gl.constexpr = True, PDL: gl.constexpr = False):
+                      X_TMA: gl.constexpr = True, PDL: gl.constexpr = False,
+                      ACT_ROWS: gl.constexpr = 0):
     """x_ptr: TMA descriptor of x [M, K] ([BLOCK_M, BLOCK_K] boxes); w_ptr / b_ptr / s_ptr:
     `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
     consumer; the second and the loader are warp_specialize's workers). GROUPED (MoE experts,

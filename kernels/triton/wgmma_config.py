@@ -113,6 +113,7 @@ class WgmmaPlan:
     descs: tuple = ()  # ws: TMA descriptors of words, B words, scale bytes (ws_descriptors)
     device: Optional[int] = None  # the weight's CUDA device index (a torch.device a call: ~1 us)
     pdl: bool = False  # launched programmatically after its activation QDQ (grid_dependency)
+    act_rows: int = 0  # the kernel's ACT_ROWS: x rows its fused QDQ covers (`act_rows`)
 
 
 FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8")  # by the kernel's FMT
@@ -150,6 +151,23 @@ def weight_programs(cfg: WgmmaConfig, n: int, who: str) -> int:
     return -(-n // rows)
 
 
+# The fused QDQ on the rows a call can have, not the whole x tile (`act_rows`): written
+# 2026-12-05 without a GPU (offline sm_90a: docs/benchmarks.md part 31); off, a plan QDQs all
+# block_m rows as before. On once test_fused_activation_qdq_is_the_dispatchers (which forces it
+# on) passes in a whole-suite GPU run; the table's rows take fuse_act where it is measured
+# faster (tools/bench_pdl.py --compare fused).
+ACT_ROWS_VERIFIED = False
+
+
+def act_rows(block_m: int, m_max: int) -> int:
+    """The kernel's ACT_ROWS for a plan of up to m_max rows on block_m-row tiles: 1 for one row;
+    else the rows a tile can hold (a power of two, at least the 8 rows the x tile's swizzle
+    repeats over: wgmma_tiles._qdq_rows_view) where that is below block_m; else block_m."""
+    if not ACT_ROWS_VERIFIED or m_max >= block_m:
+        return block_m
+    return 1 if m_max == 1 else max(8, 1 << (m_max - 1).bit_length())
+
+
 def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                cfg: WgmmaConfig, act: tuple = ()) -> Optional[WgmmaPlan]:
     """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where the
@@ -169,15 +187,17 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     words, sbytes, bwords = layout
     pdl = bool(act) and not cfg.fuse_act and grid_dependency.PDL_VERIFIED  # (QDQ launched first)
     act = act if cfg.fuse_act else ()
+    rows = act_rows(cfg.block_m, m_max) if act else 0
     key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act,
-                           pdl))
+                           pdl, rows))
     descs = ()
     if cfg.ws:  # (the Gluon module only where a ws config is planned)
         from kernels.triton.linear_wgmma_ws import ws_descriptors
         descs = ws_descriptors(cached, ("wgmma_ws", cfg.block_k), words, bwords, sbytes,
                                cfg.block_k)
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
-                     FORMATS.index(fmt), act, device=words.device.index, descs=descs, pdl=pdl)
+                     FORMATS.index(fmt), act, device=words.device.index, descs=descs, pdl=pdl,
+                     act_rows=rows)
 
 
 def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
@@ -228,5 +248,6 @@ def layout_of(fmt: str, data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, O
 _LAYOUT_KEY = "wgmma_layout"
 
 
-__all__ = ["BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig", "WgmmaPlan", "layout_fits",
-           "layout_of", "one_layout", "weight_format", "weight_programs", "wgmma_plan"]
+__all__ = ["ACT_ROWS_VERIFIED", "BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig",
+           "WgmmaPlan", "act_rows", "layout_fits", "layout_of", "one_layout", "weight_format",
+           "weight_programs", "wgmma_plan"]

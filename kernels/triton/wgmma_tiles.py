@@ -3,11 +3,13 @@ output store, and the activation QDQ of W*A* layers done inside the kernel (`fus
 
 Why the fused QDQ: an eager W4A4 call was two launches and two allocations (the QDQ kernel,
 then the GEMM): QdqPlan cost 17 us of the H200 host's time on top of W4A16's 22.7 us a call
-(docs/benchmarks.md part 5), while at small M each program re-doing the QDQ of the few x rows
-it reads was expected to cost little. Measured (H200 2026-12-02, tools/gpu_sweeps.sh), it does
-not: graph 35.2 us against 18.5 for QDQ launch + GEMM at M = 1 on 8192^2 (94 against 45.5 on
-28672 x 8192), eager no better: each program's x tile QDQ sits between the tile's copy and its
-wgmma, in every program, so the table leaves it off. Its steps are `mx_codec.qdq_blocks`, the
+(docs/benchmarks.md part 5), and back to back W4A4 still ran 19-21 us past its graph time where
+W4A16 ran 7-8 (H100, part 29). Measured (H200 2026-12-02), the fused QDQ as first written lost:
+graph 35.2 us against 18.5 for QDQ launch + GEMM at M = 1 on 8192^2, because each program
+QDQ'd all block_m rows of its x tile, two warps repeating the other two: 32 elements a thread a
+K tile for M = 1's 2 (595 of the K loop's 971 SASS a thread). Now (part 31) it covers only the
+rows a plan's calls can have (ACT_ROWS: row 0 alone at M = 1, 422 SASS), spread over every
+thread; gated by wgmma_config.ACT_ROWS_VERIFIED. Its steps are `mx_codec.qdq_blocks`, the
 function mx_quant's QDQ kernel runs, so the bits are the dispatcher's by construction (checked
 on the GPU against the reference and against the unfused path, bit for bit).
 
@@ -39,6 +41,19 @@ ACT_VERIFIED = True
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # (3.9: barrier)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared  # (3.9 / 3.6)
+_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))  # (3.9; 3.6: _)
+# A 128-byte-swizzled bf16 tile's 64-column blocks, each [rows, 64] in turn, unswizzled
+_PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+
+
+@gluon.jit
+def reinterpret(slot, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    """A shared buffer seen as another dtype / shape / layout over the same bytes."""
+    if _REINTERPRET:
+        view = slot.reinterpret(dtype, shape, layout)
+    else:
+        view = slot._reinterpret(dtype, shape, layout)
+    return view
 
 
 @gluon.jit
@@ -223,16 +238,57 @@ def act_facts(key: Optional[QuantKey]) -> tuple:
             f["IS_INT"], ROUNDING_CODE[key.scale.rounding])
 
 
+@gluon.constexpr_function
+def qdq_rows(act_rows, block_m):
+    """The x rows a program's fused QDQ covers: ACT_ROWS (wgmma_config.act_rows), or all
+    block_m where it is 0."""
+    return act_rows if act_rows else block_m
+
+
+@gluon.constexpr_function
+def qdq_layout(rows, cols, warps):
+    """The fused QDQ's layout of a [rows, cols] view of the x tile (`_qdq_rows_view`): up to 8
+    consecutive elements a thread, lanes along a row first, so that no two threads hold one
+    element where the view has one for each (M = 1's 256 elements: 2 a thread, 16 lanes a
+    32-element block)."""
+    each = max(1, min(8, rows * cols // (32 * warps)))
+    lanes = min(32, cols // each)
+    warps_k = max(1, min(warps, cols // (each * lanes)))
+    return gl.BlockedLayout([1, each], [32 // lanes, lanes], [warps // warps_k, warps_k], [1, 0])
+
+
 @gluon.jit
-def qdq_x_tile(src, dst, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, WARPS: gl.constexpr,
-               ACT: gl.constexpr):
-    """dst = the dynamic MX QDQ of the bf16 x tile in src (shared [BLOCK_M, BLOCK_K]), cast to
-    bf16 by the GPU's RNE convert as the QDQ kernel's store. A thread holds 8 consecutive
-    elements, 4 threads a 32-element block (two shuffles for its max |x|)."""
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
-    x = gl.reshape(src.load(QL).to(gl.float32), [BLOCK_M, BLOCK_K // 32, 32])
+def _qdq_rows_view(t, ROWS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr):
+    """The first ROWS rows of an X_SMEM tile [BLOCK_M, BLOCK_K] as a 2-D view whose rows hold
+    whole 32-element blocks. ROWS 1: row 0 of each 64-column block, [BLOCK_K // 64, 64]; the
+    128-byte swizzle XORs a row's 16-byte chunks by the row's index, so row 0's are in order
+    (tests/kernels/triton/test_wgmma_compile.py checks X_SMEM's address map). Gluon slices no
+    fewer than the swizzle's 8 rows; ROWS >= 8: the rows as they are."""
+    if ROWS == 1:
+        view = reinterpret(t, gl.bfloat16, [BLOCK_K // 64, BLOCK_M * 64], _PLAIN).slice(0, 64, 1)
+    elif ROWS < BLOCK_M:
+        view = t.slice(0, ROWS)
+    else:
+        view = t
+    return view
+
+
+@gluon.jit
+def qdq_x_tile(src, dst, ROWS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+               WARPS: gl.constexpr, ACT: gl.constexpr):
+    """dst = the dynamic MX QDQ of the bf16 x tile in src (shared [BLOCK_M, BLOCK_K]), its first
+    ROWS rows (wgmma_config.act_rows: the rows a call can have; dst's others stay as they
+    are), cast to bf16 by the GPU's RNE convert as the QDQ kernel's store. The layout spreads
+    those rows over every thread (`qdq_layout`): at M = 1 a thread QDQs 1-4 elements a tile,
+    not 8 rows' worth."""
+    src = _qdq_rows_view(src, ROWS, BLOCK_M, BLOCK_K)
+    dst = _qdq_rows_view(dst, ROWS, BLOCK_M, BLOCK_K)
+    R: gl.constexpr = src.shape[0]
+    C: gl.constexpr = src.shape[1]
+    QL: gl.constexpr = qdq_layout(R, C, WARPS)
+    x = gl.reshape(src.load(QL).to(gl.float32), [R, C // 32, 32])
     q = qdq_blocks(x, 1, ACT[0], ACT[1], ACT[2], ACT[3], ACT[4], ACT[5], ACT[6], ACT[7])
-    dst.store(gl.reshape(q, [BLOCK_M, BLOCK_K]).to(gl.bfloat16))
+    dst.store(gl.reshape(q, [R, C]).to(gl.bfloat16))
 
 
 def copyable_rows(x2d: Tensor) -> Tensor:
@@ -246,5 +302,5 @@ def copyable_rows(x2d: Tensor) -> Tensor:
 
 __all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copy_weight_tile",
            "copy_x_tile", "copyable_rows", "cta_barrier", "expert_rows", "finish_tile",
-           "grid_wait", "layout_chunks", "qdq_x_tile", "store_out", "weight_ring",
-           "x_descriptor", "x_mask"]
+           "grid_wait", "layout_chunks", "qdq_layout", "qdq_rows", "qdq_x_tile", "reinterpret",
+           "store_out", "weight_ring", "x_descriptor", "x_mask"]

@@ -9,7 +9,8 @@ import torch
 from kernels.triton import mx_quant, quant_tiles
 from support.tools import load_tool
 
-load_tool("timing")  # bench_quant's sibling import (tools/ is on its path as a script)
+load_tool("timing")  # bench_quant's sibling imports (tools/ is on its path as a script)
+load_tool("gates")
 bench_quant = load_tool("bench_quant")
 
 

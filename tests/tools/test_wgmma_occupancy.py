@@ -72,3 +72,29 @@ def test_two_stages_hold_two_programs_where_three_hold_one() -> None:
     for row, by_op in zip(rows, ops):
         assert by_op.get("HGMMA", 0) > 0 and by_op.get("HMUL2", 0) > 0, by_op
         assert sum(by_op.values()) == int(row[6]), (by_op, row)
+
+
+def test_the_one_row_qdq_costs_a_fraction_of_the_whole_tiles() -> None:
+    """--act / --act-rows: the M = 1 row's kernel (8 x 256, split 2, 3 stages) compiled with
+    no activation QDQ, with the QDQ of the whole 8-row x tile, and of row 0 alone
+    (wgmma_config.act_rows at M = 1). The one row adds under a fifth of the K loop's
+    instructions, the whole tile over half (offline sm_90a, triton 3.6: 376 / 671 / 422)."""
+    try:
+        from triton import knobs
+        from triton.backends.nvidia import compiler  # noqa: F401
+        tools = (knobs.nvidia.ptxas.path, knobs.nvidia.nvdisasm.path,
+                 knobs.nvidia.cuobjdump.path)
+    except Exception as err:  # noqa: BLE001 - any missing piece of the NVIDIA backend
+        pytest.skip(f"no triton NVIDIA backend / ptxas here: {err}")
+    if not all(t and os.path.exists(t) for t in tools):
+        pytest.skip("no ptxas / nvdisasm / cuobjdump in this triton install")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    loops = []
+    for extra in ([], ["--act", "mxfp4:even"], ["--act", "mxfp4:even", "--act-rows", "1"]):
+        out = subprocess.run([sys.executable, str(ROOT / "tools" / "wgmma_occupancy.py"),
+                              "--wgmma", "8:256:2:3:4", *extra], capture_output=True, text=True,
+                             env=env, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        loops += [int(v) for v in re.findall(r"K loop (\d+) SASS", out.stdout)]
+    none, tile, row = loops
+    assert none < row < none * 1.2 and tile > none * 1.5, loops

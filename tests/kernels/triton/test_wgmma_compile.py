@@ -24,6 +24,13 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, ACT="mxfp4:even"),
     dict(BLOCK_M=16, BLOCK_K=128, SPLIT=1, STAGES=4, FMT=2, ACT="mxint8:rceil"),
     dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, K_TAIL=True, ACT="mxfp8_e4m3:floor"),
+    # ... on the rows a plan can have (ACT_ROWS, gated): one (the swizzled tile's row 0 seen
+    # unswizzled) at every K tile width, x by TMA too; 16 of 32 (a slice of whole swizzle rows)
+    dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, ACT="mxfp4:even", ACT_ROWS=1),
+    dict(BLOCK_M=8, BLOCK_K=128, SPLIT=2, STAGES=4, FMT=2, ACT="mxfp6_e3m2:even", ACT_ROWS=1),
+    dict(BLOCK_M=16, BLOCK_K=512, SPLIT=1, STAGES=3, ACT="mxint8:floor", ACT_ROWS=1,
+         X_TMA=True),
+    dict(BLOCK_M=32, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=3, ACT="mxfp8_e4m3:rceil", ACT_ROWS=16),
     # mxfp8 e4m3 weights (FMT 3, gated): A and B words; grouped, K tails, two warpgroups
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, FMT=3),
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, FMT=3, K_TAIL=True, WARPS=8),
@@ -78,7 +85,7 @@ for consts in json.loads(sys.stdin.read()):
     found.append({p: len(re.findall(p, ptx)) for p in (
         r"wgmma\\.mma_async", r"st\\.shared", r"wgmma\\.wait_group\\.sync\\.aligned 0",
         r"shfl\\.sync", r"cvt\\.rn\\.bf16", r"cp\\.async\\.bulk\\.tensor",
-        r"cp\\.async\\.cg\\.shared\\.global", r"mbarrier\\.try_wait")})
+        r"cp\\.async\\.cg\\.shared\\.global", r"mbarrier\\.try_wait", r"redux\\.sync")})
 print(json.dumps(found))
 """
 
@@ -105,11 +112,45 @@ def test_the_kernel_compiles_for_sm90_without_a_shared_round_trip(index: int,
     case, found = COMPILE_CASES[index], compiled_cases[index]
     assert "error" not in found, found.get("error")
     assert found[r"wgmma\.mma_async"] == case["BLOCK_K"] // 16 * case.get("REP", 1)
-    if case.get("ACT"):  # the x tile's QDQ: block maxima by shuffles, an RNE cast, shared stores
-        assert found[r"shfl\.sync"] > 0 and found[r"cvt\.rn\.bf16"] > 0
+    if case.get("ACT"):  # the x tile's QDQ: block maxima across lanes (shuffles, or one
+        # redux.sync where a block spans 16-32 lanes), an RNE cast, shared stores
+        assert found[r"shfl\.sync"] + found[r"redux\.sync"] > 0 and found[r"cvt\.rn\.bf16"] > 0
     else:  # no decoded weight value through shared memory
         assert found[r"st\.shared"] <= 1
     assert found[r"wgmma\.wait_group\.sync\.aligned 0"] >= 1
     # X_TMA: x by TMA copies waited on through mbarriers; else no TMA at all
     assert (found[r"cp\.async\.bulk\.tensor"] > 0) == bool(case.get("X_TMA"))
     assert (found[r"mbarrier\.try_wait"] > 0) == bool(case.get("X_TMA"))
+
+
+_X_SMEM_MAP = """
+import json, sys
+from triton._C.libtriton import gluon_ir, ir
+from kernels.triton.wgmma_tiles import X_SMEM
+ctx = ir.context()
+ir.load_dialects(ctx)
+builder = gluon_ir.GluonOpBuilder(ctx)
+found = []
+for rows, cols in json.loads(sys.stdin.read()):
+    bases = builder.to_linear_layout(X_SMEM._to_ir(builder), [rows, cols]).offset_bases
+    row0 = {}
+    for offset in range(rows * cols):
+        r = c = 0
+        for bit, (br, bc) in enumerate(bases):
+            if offset >> bit & 1:
+                r, c = r ^ br, c ^ bc
+        if r == 0:
+            row0[c] = offset
+    found.append([row0.get(c, -1) for c in range(cols)])
+print(json.dumps(found))
+"""
+
+
+def test_row_0_of_the_x_tile_is_unswizzled() -> None:
+    """The fused QDQ of one row (wgmma_tiles._qdq_rows_view) reads and writes row 0 of the
+    128-byte-swizzled x tile as [block_k / 64, 64] unswizzled: element (0, c) at offset
+    (c // 64) * block_m * 64 + c % 64, by X_SMEM's own address map (this triton's linear
+    layout of it; the swizzle is the wgmma operand format, the same in every version)."""
+    shapes = [(r, c) for r in (8, 16, 32, 64, 128) for c in (128, 256, 512)]
+    for (rows, cols), row0 in zip(shapes, compile_cases(_X_SMEM_MAP, shapes)):
+        assert row0 == [(c // 64) * rows * 64 + c % 64 for c in range(cols)], (rows, cols)

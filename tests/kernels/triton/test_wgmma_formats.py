@@ -7,13 +7,15 @@ what switches its gate on (linear_wgmma's `*_VERIFIED`, `wgmma_tiles.ACT_VERIFIE
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
-from kernels.triton import wgmma_tiles
+from kernels.triton import wgmma_config, wgmma_tiles
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16, special_rows
 from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight, int8_weight
@@ -120,23 +122,32 @@ def test_k_halves_match_the_reference(n: int, k: int, fmt: str,
 
 
 @gpu
+@pytest.mark.parametrize("rows", (False, True))
 @pytest.mark.parametrize("act", ("mxfp4:even", "mxfp6_e3m2:floor", "mxfp8_e4m3:rceil",
                                  "mxint8:even"))
 @pytest.mark.parametrize("n,k", ((200, 1024), (72, 2880)))
-def test_fused_activation_qdq_is_the_dispatchers(n: int, k: int, act: str,
+def test_fused_activation_qdq_is_the_dispatchers(n: int, k: int, act: str, rows: bool,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """fuse_act (the x tile's QDQ inside the kernel, one launch a call): bit for bit the output
     of the same kernel after the dispatcher's QDQ launch, and close to reference-emulation;
-    zero / subnormal / NaN / Inf / huge blocks, M 1..16, split 1 / 2, K tails, bias. (Run with
-    fuse_act switched on: this test is what switches it on, `wgmma_tiles.ACT_VERIFIED`.)"""
+    zero / subnormal / NaN / Inf / huge blocks, M 1..16, split 1 / 2, K tails, bias, K tiles
+    of 128 / 256 / 512. `rows`: the QDQ on the rows a plan can have (wgmma_config.act_rows:
+    row 0 alone at M = 1, 16 of a 32-row tile at M = 5), else on the whole tile. (Run with
+    fuse_act switched on: this test is what switches it on, `wgmma_tiles.ACT_VERIFIED`, and
+    with `rows`, `wgmma_config.ACT_ROWS_VERIFIED`.)"""
     monkeypatch.setattr(wgmma_tiles, "ACT_VERIFIED", True)
+    monkeypatch.setattr(wgmma_config, "ACT_ROWS_VERIFIED", rows)
     fmt, _, rounding = act.partition(":")
     akey = QuantKey.mx(fmt, rounding=rounding, static=False)
     gen = torch.Generator().manual_seed(n + k + len(act))
     w = fp4_weight(n, k, gen).to("cuda")
     prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=akey))
     bias = torch.randn(n, generator=gen).cuda()
-    for m, split in ((1, 2), (5, 1), (16, 2)):
+    wide = 256 if k % 256 == 0 else 128
+    # (M, split, block_m, block_k): the table's tiles, a tile past M's rows, a 512 K tile
+    for m, split, block_m, block_k in ((1, 2, 8, wide), (5, 1, 16, wide), (16, 2, 16, wide),
+                                       (1, 1, 32, 128), (5, 2, 32, wide),
+                                       (1, 2, 8, 512 if k % 512 == 0 else 128)):
         x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
         x[0, :32] = 0.0  # a zero block, a subnormal block, a huge block
         x[0, 32:64] = 2.0 ** -130
@@ -144,10 +155,8 @@ def test_fused_activation_qdq_is_the_dispatchers(n: int, k: int, act: str,
         if m > 1:
             x[1, 100] = float("inf")
             x[-1, k - 3] = float("nan")
-        block_k = 256 if k % 256 == 0 else 128
-        base = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=3)
-        fused = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split, stages=3,
-                               fuse_act=True)
+        base = lw.WgmmaConfig(block_m=block_m, block_k=block_k, split=split, stages=3)
+        fused = dataclasses.replace(base, fuse_act=True)
         for b in (None, bias):
             want = fused_linear(x, prepared, b, strategy="wgmma", config=base)
             got = fused_linear(x, prepared, b, strategy="wgmma", config=fused)

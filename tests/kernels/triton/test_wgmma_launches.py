@@ -16,7 +16,7 @@ from kernels.spec.contract import SchemeContract
 from kernels.triton import launcher as launcher_mod
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
-from kernels.triton import wgmma_tiles
+from kernels.triton import wgmma_config, wgmma_tiles
 from kernels.triton.linear_emulation import fused_linear
 from kernels.triton.wgmma_tiles import act_facts
 from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight, int8_weight
@@ -106,6 +106,7 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
     monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
     monkeypatch.setattr(le, "_INTERPRETED", False)  # (CI sets TRITON_INTERPRET)
     monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))  # the gates: what runs is not tested here
+    monkeypatch.setattr(wgmma_config, "ACT_ROWS_VERIFIED", True)
     gen = torch.Generator().manual_seed(len(fmt))
     n, k = 200, 1024
     w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight, "mxint8": int8_weight}.get(
@@ -122,6 +123,8 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
             assert (args["BLOCK_M"], args["WARPS"], args["FMT"]) == (
                 cfg.block_m, warps, lw.FORMATS.index(fmt))
             assert bool(args["ACT"]) == (akey is not None and fuse) and not args["GROUPED"]
+            # the fused QDQ on M's rows: one at M = 1, all 128 of the tile at M = 100
+            assert args["ACT_ROWS"] == ({1: 1, 100: 128}[m] if args["ACT"] else 0)
     ex = MXTensor(w.data.reshape(2, n // 2, -1), w.scales.reshape(2, n // 2, -1), fmt, "even",
                   torch.Size((2, n // 2, k)), w.layout)
     monkeypatch.setattr(moe_wgmma, "sort_rows", moe_routing.sort_rows_torch)
@@ -322,3 +325,37 @@ def test_configs_past_the_verified_tiles_are_refused() -> None:
     assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, two) == (
         "needs an NVIDIA GPU" if 8 in lw.WARPS_VERIFIED else
         "warps=8 (two warpgroups): written, not yet verified on a GPU")
+
+
+@pytest.mark.parametrize("verified", (False, True))
+def test_the_fused_qdq_covers_the_rows_a_plan_can_have(verified: bool,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """wgmma_config.act_rows: one row for a one-row plan; else M's bucket, at least the 8 rows
+    of the x tile's swizzle, below block_m; block_m where the bucket fills the tile, and
+    always while the rows gate is off (the whole tile, as before it)."""
+    monkeypatch.setattr(wgmma_config, "ACT_ROWS_VERIFIED", verified)
+    cases = {(8, 1): 1, (16, 1): 1, (128, 1): 1, (32, 16): 16, (128, 16): 16, (32, 5): 8,
+             (64, 9): 16, (16, 16): 16, (8, 16): 8, (128, 128): 128, (256, 1 << 30): 256}
+    for (block_m, m_max), rows in cases.items():
+        assert wgmma_config.act_rows(block_m, m_max) == (rows if verified else block_m), \
+            (block_m, m_max)
+
+
+@pytest.mark.parametrize("warps", (4, 8))
+def test_the_fused_qdq_layout_splits_no_element_it_need_not(warps: int) -> None:
+    """wgmma_tiles.qdq_layout over every view the kernel QDQs (one row's 64-column blocks
+    [block_k / 64, 64], or [rows, block_k]): a thread's elements are consecutive and inside one
+    32-element block; the layout's one pass fits in the view wherever the view has an element
+    for each thread (no two threads QDQ one element), and covers it in whole passes."""
+    views = [(bk // 64, 64) for bk in (128, 256, 512)] + [
+        (r, bk) for r in (8, 16, 32, 64, 128) for bk in (128, 256, 512)]
+    for rows, cols in views:
+        layout = wgmma_tiles.qdq_layout(rows, cols, warps)
+        each = layout.size_per_thread[1]
+        span = [layout.size_per_thread[d] * layout.threads_per_warp[d]
+                * layout.warps_per_cta[d] for d in (0, 1)]
+        assert layout.size_per_thread[0] == 1 and 32 % each == 0, (rows, cols)
+        assert cols % span[1] == 0 and (rows % span[0] == 0 or rows < span[0]), (rows, cols)
+        if rows * cols >= 32 * warps:
+            assert span[0] <= rows and span[1] <= cols, (rows, cols, span)
+

@@ -1,0 +1,29 @@
+"""Module attributes (a kernel's *_VERIFIED gates, tiles, the config table) set for one
+measurement and restored after it, for the benchmark scripts in tools/ (`from gates import
+setting`).
+
+Why one helper: a gate is read when a plan is built (a layer's first call of an M bucket), so a
+script that times a gate off and on must hold it for the whole of a measurement and put it back
+before the next, exception or not; bench_pdl once set it around `prepare` only, so the plans
+built later at the first call ran with the gate as shipped (docs/benchmarks.md part 31).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def setting(obj: Any, **values: Any) -> Iterator[None]:
+    """obj's attributes set to `values` for the duration (a value of None: left as it is)."""
+    kept = {name: getattr(obj, name) for name, v in values.items() if v is not None}
+    try:
+        for name in kept:
+            setattr(obj, name, values[name])
+        yield
+    finally:
+        for name, v in kept.items():
+            setattr(obj, name, v)
+
+
+__all__ = ["setting"]
