@@ -153,10 +153,11 @@ def weight_programs(cfg: WgmmaConfig, n: int, who: str) -> int:
 
 # The fused QDQ on the rows a call can have, not the whole x tile (`act_rows`): written
 # 2026-12-05 without a GPU (offline sm_90a: docs/benchmarks.md part 31); off, a plan QDQs all
-# block_m rows as before. On once test_fused_activation_qdq_is_the_dispatchers (which forces it
-# on) passes in a whole-suite GPU run; the table's rows take fuse_act where it is measured
-# faster (tools/bench_pdl.py --compare fused).
-ACT_ROWS_VERIFIED = False
+# block_m rows. On since the whole-suite run of 085757d (H100, 2026-12-05 21:25 UTC):
+# test_fused_activation_qdq_is_the_dispatchers passed with it on, bit for bit the two launches'
+# output. No table row takes fuse_act: measured (part 31), it loses graph time to the two
+# launches at M = 1 on 8192^2 and K = 28672 (the QDQ sits on each K tile's critical path).
+ACT_ROWS_VERIFIED = True
 
 
 def act_rows(block_m: int, m_max: int) -> int:

@@ -151,6 +151,11 @@ def test_row_0_of_the_x_tile_is_unswizzled() -> None:
     128-byte-swizzled x tile as [block_k / 64, 64] unswizzled: element (0, c) at offset
     (c // 64) * block_m * 64 + c % 64, by X_SMEM's own address map (this triton's linear
     layout of it; the swizzle is the wgmma operand format, the same in every version)."""
+    import triton
+    if tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 9):
+        pytest.skip(f"triton {triton.__version__}'s builder aborts on a shared layout's linear "
+                    "layout (3.6: an LLVM assertion); CPU CI's 3.9 checks the map, the GPU "
+                    "tests the bits through it")
     shapes = [(r, c) for r in (8, 16, 32, 64, 128) for c in (128, 256, 512)]
     for (rows, cols), row0 in zip(shapes, compile_cases(_X_SMEM_MAP, shapes)):
         assert row0 == [(c // 64) * rows * 64 + c % 64 for c in range(cols)], (rows, cols)
