@@ -24,11 +24,11 @@ wgmma_tiles.grid_wait (Gluon); the release below is Triton's, for the QDQ kernel
 PDL_VERIFIED gates it as linear_wgmma's gates do: written 2026-12-05 without a GPU (compiled
 for sm_90a offline: tests/kernels/triton/test_grid_dependency.py); switched on once that file's
 GPU tests pass in a whole-suite H200 run, and kept only where `registry bench` shows W4A4's
-time nearer W4A16's. Its GPU tests pass (same bits as off). Its speed is NOT yet measured: the
-"PDL on" columns of docs/benchmarks.md parts 21 / 23 / 24 came from tools/bench_pdl.py setting
-the gate around `prepare` only, while plans read it at a layer's first call, so both columns ran
-with PDL off (found 2026-12-05, part 31; the tool now holds a setting's gates for all its calls:
-`bench_pdl.py --compare pdl`). Off until that run.
+time nearer W4A16's. Its GPU tests pass (same bits as off). Parts 21 / 23 / 24's "PDL on"
+columns ran with PDL off (tools/bench_pdl.py set the gate around `prepare` only, while plans read
+it at a layer's first call: part 31). Measured properly (H100, 2026-12-05, part 32, two runs):
+1-3 us gained on N = 28672, 1.5 us lost at M = 16 / 64 on 8192^2 (the GEMM's programs wait on a
+QDQ still running). Kept OFF.
 """
 from __future__ import annotations
 
