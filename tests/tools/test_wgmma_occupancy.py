@@ -42,7 +42,9 @@ def test_bad_arguments_are_refused(capsys) -> None:
         assert "--" in capsys.readouterr().err
 
 
-def test_two_stages_hold_two_programs_where_three_hold_one() -> None:
+def _compile_env() -> dict:
+    """The environment of an offline compile (no TRITON_INTERPRET); skips where this triton has
+    no NVIDIA backend, ptxas, nvdisasm or cuobjdump (CI's CPU triton has them all)."""
     try:
         from triton import knobs
         from triton.backends.nvidia import compiler  # noqa: F401
@@ -52,7 +54,11 @@ def test_two_stages_hold_two_programs_where_three_hold_one() -> None:
         pytest.skip(f"no triton NVIDIA backend / ptxas here: {err}")
     if not all(t and os.path.exists(t) for t in tools):
         pytest.skip("no ptxas / nvdisasm / cuobjdump in this triton install")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+
+def test_two_stages_hold_two_programs_where_three_hold_one() -> None:
+    env = _compile_env()
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "wgmma_occupancy.py"),
                           "--format", "mxfp6_e3m2", "--grouped",
                           "--wgmma", "128:128:1:3:4,128:128:1:2:4", "--ops"],
@@ -79,16 +85,7 @@ def test_the_one_row_qdq_costs_a_fraction_of_the_whole_tiles() -> None:
     no activation QDQ, with the QDQ of the whole 8-row x tile, and of row 0 alone
     (wgmma_config.act_rows at M = 1). The one row adds under a fifth of the K loop's
     instructions, the whole tile over half (offline sm_90a, triton 3.6: 376 / 671 / 422)."""
-    try:
-        from triton import knobs
-        from triton.backends.nvidia import compiler  # noqa: F401
-        tools = (knobs.nvidia.ptxas.path, knobs.nvidia.nvdisasm.path,
-                 knobs.nvidia.cuobjdump.path)
-    except Exception as err:  # noqa: BLE001 - any missing piece of the NVIDIA backend
-        pytest.skip(f"no triton NVIDIA backend / ptxas here: {err}")
-    if not all(t and os.path.exists(t) for t in tools):
-        pytest.skip("no ptxas / nvdisasm / cuobjdump in this triton install")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = _compile_env()
     loops = []
     for extra in ([], ["--act", "mxfp4:even"], ["--act", "mxfp4:even", "--act-rows", "1"]):
         out = subprocess.run([sys.executable, str(ROOT / "tools" / "wgmma_occupancy.py"),
