@@ -13,6 +13,8 @@ machine; issue 14: W4A4 within 10 % of W4A16, and eager within 8 µs of graph.
   (kernels/triton/grid_dependency.py, PDL_VERIFIED).
 - bound (with --act fp8: W4A8, a static per-tensor fp8 scale): its QDQ's Bound / eager-path
   launches off and on (qdq_plan.FP8_STATIC_BOUND_VERIFIED).
+- qdq: the QDQ launched first, its one-row tiles as shipped and widened along K up to 256 rows
+  (qdq_plan.SMALL_ROWS_WIDE_VERIFIED: one wave of programs at most).
 
 Per (shape, M): graph, eager (L2 flushed) and loop (back to back, the host's pace) µs of W4A16
 and of each setting, the setting's graph / W4A16 graph, and whether every setting gave the first
@@ -64,6 +66,9 @@ def settings(compare: str) -> tuple:
     if compare == "bound":
         return (("Bound off", lambda: setting(qdq_plan, FP8_STATIC_BOUND_VERIFIED=False)),
                 ("Bound on", lambda: setting(qdq_plan, FP8_STATIC_BOUND_VERIFIED=True)))
+    if compare == "qdq":
+        return (("shipped", lambda: setting(qdq_plan, SMALL_ROWS_WIDE_VERIFIED=False)),
+                ("wide rows", lambda: setting(qdq_plan, SMALL_ROWS_WIDE_VERIFIED=True)))
     if compare == "pdl":
         return (("shipped", lambda: setting(grid_dependency, PDL_VERIFIED=False)),
                 ("PDL on", lambda: setting(grid_dependency, PDL_VERIFIED=True)))
@@ -106,7 +111,7 @@ def main() -> None:
     p.add_argument("--shapes", default="8192x8192,28672x8192,8192x28672")
     p.add_argument("--ms", default="1,16,64,1024")
     p.add_argument("--act", default="mxfp4", help="the activation format of the W*A* side")
-    p.add_argument("--compare", choices=("fused", "pdl", "bound"), default=None,
+    p.add_argument("--compare", choices=("fused", "pdl", "bound", "qdq"), default=None,
                    help="the settings timed (default: fused; bound with --act fp8)")
     p.add_argument("--out", help="write the rows as JSON here")
     args = p.parse_args()
@@ -122,7 +127,7 @@ def main() -> None:
     compare = args.compare or ("bound" if args.act == "fp8" else "fused")
     if (compare == "bound") != (args.act == "fp8"):
         p.error(f"--compare {compare} with --act {args.act}: 'bound' is W4A8's (--act fp8) "
-                "alone; fused and pdl take an MX activation")
+                "alone; fused, pdl and qdq take an MX activation")
     if not torch.cuda.is_available():
         sys.exit("bench_pdl: needs a CUDA GPU (the wgmma kernels are sm_90's)")
     chosen = settings(compare)

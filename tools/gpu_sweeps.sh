@@ -53,6 +53,7 @@
 #     the grouped Triton kernel, after the whole suite ran green with their GPU test)
 #   OUT=/tmp/out STEPS=fp8_eager bash tools/gpu_sweeps.sh       (W4A8 eager, its Bound off / on)
 #   OUT=/tmp/out STEPS="fused_act pdl" bash tools/gpu_sweeps.sh (W4A4 in one launch; PDL again)
+#   OUT=/tmp/out STEPS=qdq_rows bash tools/gpu_sweeps.sh       (the wider one-row QDQ tiles)
 #   OUT=/tmp/out STEPS=quant_tiles bash tools/gpu_sweeps.sh     (quantize / dequantize tiles,
 #     ~6 min; STEPS=quant_word_io, the packed word moves off / on, a call of its own: both ran
 #     past their limits together on an H100, part 29)
@@ -85,6 +86,12 @@ step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --compare pdl --ms "${PDL_MS
 # ACT_ROWS_VERIFIED, written 2026-12-05 without a GPU, part 31: the M = 1 row's K loop 376 ->
 # 422 SASS a thread, where the whole tile's took 971), beside the two launches as shipped;
 # graph / eager / loop, bits checked. Put fuse_act in the table's rows where it wins.
+# The activation QDQ's one-row tiles widened along K where 1 x 256 programs would queue past a
+# wave (qdq_plan.SMALL_ROWS_WIDE_VERIFIED, written 2026-12-05 without device time, part 33: W4A4
+# ran 8.9 us past W4A16 at M = 64 on 8192 x 28672); switch on if the whole suite is green and
+# W4A4 moves nearer W4A16 here
+step qdq_rows "${QROWS_S:-200}" python3 tools/bench_pdl.py --compare qdq --ms 1,16,64,128,256 \
+  --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/qdq_rows.json"
 step fused_act "${FUSED_S:-240}" python3 tools/bench_pdl.py --compare fused \
   --ms "${FUSED_MS:-1,16}" --shapes "${FUSED_SHAPES:-8192x8192,28672x8192,8192x28672}" \
   --out "$OUT/fused_act.json"

@@ -32,6 +32,31 @@ from kernels.triton.mx_quant import bits_view
 SMALL_ROWS = 64
 SMALL_ROWS_TILE = {"BLOCK_R": 1, "BLOCK_K": 256}
 SMALL_ROWS_VERIFIED = True
+# ... wider along K where 1 x 256 programs would queue past one wave: 64 rows of K = 28672 are
+# 7168 programs of 2 elements a thread, ~3.4 waves of latency-bound programs (H100 2026-12-05,
+# benchmarks part 33: W4A4 ran 8.9 us past W4A16 at M = 64 on 8192 x 28672, 2.4 on 8192^2,
+# whose 2048 programs fit one). The narrowest of SMALL_ROWS_WIDTHS that keeps rows x
+# ceil(K / width) <= SMALL_ROWS_PROGRAMS (about one wave: 132 SMs x 16 four-warp programs), up
+# to SMALL_ROWS_WIDE rows; past both, the general tile. Written 2026-12-05 (the interpreter
+# checks each width's bits); gated off until its GPU test (the same test) passes in a
+# whole-suite run and tools/bench_pdl.py --compare qdq times W*A* nearer W*A16 with it.
+SMALL_ROWS_WIDE = 256
+SMALL_ROWS_WIDTHS = (256, 512, 1024, 2048)
+SMALL_ROWS_PROGRAMS = 2048
+SMALL_ROWS_WIDE_VERIFIED = False
+
+
+def small_rows_tile(r: int, k: int) -> Optional[dict]:
+    """The one-row-a-program tile for r rows of K (the gates and limits above), or None (the
+    general tile)."""
+    if not SMALL_ROWS_VERIFIED:
+        return None
+    if not SMALL_ROWS_WIDE_VERIFIED:
+        return SMALL_ROWS_TILE if r <= SMALL_ROWS else None
+    if r > SMALL_ROWS_WIDE:
+        return None
+    width = next((w for w in SMALL_ROWS_WIDTHS if r * -(-k // w) <= SMALL_ROWS_PROGRAMS), None)
+    return None if width is None else {"BLOCK_R": 1, "BLOCK_K": width}
 
 
 class QdqPlan:
@@ -53,7 +78,7 @@ class QdqPlan:
                            HW_CAST=not mx_quant._INTERPRETED,
                            TRIGGER=pdl_here(mx_quant._INTERPRETED))
         self.k = k
-        self._launches: dict[int, tuple] = {}  # BLOCK_R -> (tile, tail, key)
+        self._launches: dict[tuple, tuple] = {}  # (BLOCK_R, BLOCK_K) -> (tile, tail, key)
         self.fast: Optional[dict] = {} if keep_launches and not mx_quant._INTERPRETED else None
 
     @staticmethod
@@ -68,14 +93,14 @@ class QdqPlan:
 
     def launch_consts(self, r: int) -> tuple[dict, tuple, int]:
         """(tile, the kernel's arguments past the first six, launch key) for r rows: the general
-        tile, or SMALL_ROWS_TILE for a few rows where that gate is on."""
-        tile = SMALL_ROWS_TILE if SMALL_ROWS_VERIFIED and r <= SMALL_ROWS else self.tile
-        got = self._launches.get(tile["BLOCK_R"])
+        tile, or a one-row-a-program tile for a few rows (`small_rows_tile`)."""
+        tile = small_rows_tile(r, self.k) or self.tile
+        got = self._launches.get((tile["BLOCK_R"], tile["BLOCK_K"]))
         if got is None:
             names = self.kernel().arg_names
             consts = dict(self.consts, **tile)
             tail = tuple(consts[name] for name in names[names.index(self._FIRST_TAIL):])
-            got = self._launches[tile["BLOCK_R"]] = (
+            got = self._launches[(tile["BLOCK_R"], tile["BLOCK_K"])] = (
                 tile, tail, launcher.intern((self._key_of(tail), self.k, self.k % 16 == 0)))
         return got
 
@@ -152,7 +177,7 @@ class Fp8StaticQdq(QdqPlan):
                            **{n: consts[n] for n in ("A_MBITS", "A_BIAS", "A_MAX_NORMAL",
                                                      "A_IS_INT")})
         self.scale, self.k = scale, k
-        self._launches: dict[int, tuple] = {}
+        self._launches: dict[tuple, tuple] = {}
         self.fast: Optional[dict] = {} if keep_launches and not mx_quant._INTERPRETED else None
 
     @staticmethod
@@ -204,4 +229,4 @@ def scratch(stream: object, r: int, k: int, dtype: torch.dtype,
     return view
 
 
-__all__ = ["Fp8StaticQdq", "QdqPlan", "scratch"]
+__all__ = ["Fp8StaticQdq", "QdqPlan", "scratch", "small_rows_tile"]

@@ -41,24 +41,29 @@ def test_the_fused_table_fuses_the_small_rows_that_can_take_it() -> None:
     assert fused >= 3  # the M = 1 rows of mxfp4, mxfp6 and mxfp8 at least
 
 
-@pytest.mark.parametrize("compare", ("fused", "pdl", "bound"))
+@pytest.mark.parametrize("compare", ("fused", "pdl", "bound", "qdq"))
 def test_each_setting_holds_its_gates_and_puts_them_back(compare: str) -> None:
     before = (linear_configs.TABLE, wgmma_config.ACT_ROWS_VERIFIED,
-              grid_dependency.PDL_VERIFIED, qdq_plan.FP8_STATIC_BOUND_VERIFIED)
+              grid_dependency.PDL_VERIFIED, qdq_plan.FP8_STATIC_BOUND_VERIFIED,
+              qdq_plan.SMALL_ROWS_WIDE_VERIFIED)
     seen = []
     for label, context in bench_pdl.settings(compare):
         with context():
             seen.append((label, linear_configs.TABLE is before[0],
                          wgmma_config.ACT_ROWS_VERIFIED, grid_dependency.PDL_VERIFIED,
-                         qdq_plan.FP8_STATIC_BOUND_VERIFIED))
+                         qdq_plan.FP8_STATIC_BOUND_VERIFIED, qdq_plan.SMALL_ROWS_WIDE_VERIFIED))
         assert (linear_configs.TABLE, wgmma_config.ACT_ROWS_VERIFIED,
-                grid_dependency.PDL_VERIFIED, qdq_plan.FP8_STATIC_BOUND_VERIFIED) == before
+                grid_dependency.PDL_VERIFIED, qdq_plan.FP8_STATIC_BOUND_VERIFIED,
+                qdq_plan.SMALL_ROWS_WIDE_VERIFIED) == before
     want = {"fused": [("two launches", True, False), ("fused tile", False, False),
                       ("fused rows", False, True)],
             "pdl": [("shipped", True, before[1])] + [("PDL on", True, before[1])],
-            "bound": [("Bound off", True, before[1]), ("Bound on", True, before[1])]}[compare]
+            "bound": [("Bound off", True, before[1]), ("Bound on", True, before[1])],
+            "qdq": [("shipped", True, before[1]), ("wide rows", True, before[1])]}[compare]
     assert [s[:3] for s in seen] == want
     if compare == "pdl":
         assert [s[3] for s in seen] == [False, True]
     if compare == "bound":
         assert [s[4] for s in seen] == [False, True]
+    if compare == "qdq":
+        assert [s[5] for s in seen] == [False, True]

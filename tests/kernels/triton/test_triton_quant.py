@@ -292,6 +292,34 @@ def test_a_few_rows_qdq_with_one_row_a_program(name: str, monkeypatch) -> None:
         assert_same(tri.qdq(x, fmt, "even"), ref.qdq(x, fmt, "even"), f"{name} {dtype} r={r}")
 
 
+@pytest.mark.parametrize("name", ["mxfp4", "mxfp8_e4m3"])
+def test_a_few_long_rows_qdq_on_wider_one_row_tiles(name: str, monkeypatch) -> None:
+    """small_rows_tile with SMALL_ROWS_WIDE on: the narrowest width that keeps rows x K tiles
+    within SMALL_ROWS_PROGRAMS (patched small here, so small inputs reach every width), the
+    general tile past it or past SMALL_ROWS_WIDE rows; the reference's bits under each width,
+    special blocks and each input dtype. (On a GPU this is the test that switches the gate on,
+    `SMALL_ROWS_WIDE_VERIFIED`.)"""
+    monkeypatch.setattr(_qdq, "SMALL_ROWS_VERIFIED", True)
+    monkeypatch.setattr(_qdq, "SMALL_ROWS_WIDE_VERIFIED", True)
+    monkeypatch.setattr(_qdq, "SMALL_ROWS_PROGRAMS", 8)
+    monkeypatch.setattr(_qdq, "SMALL_ROWS_WIDE", 6)
+    fmt = FORMATS[name]
+    seed = zlib.crc32(f"wide small rows {name}".encode()) % 10_000
+    cases = ((1, 1024, 256), (1, 4096, 512), (2, 4096, 1024), (4, 4096, 2048), (3, 4000, 2048),
+             (5, 4096, None), (7, 256, None))
+    for i, ((r, k, width), dtype) in enumerate(zip(cases, (torch.bfloat16, torch.float16,
+                                                           torch.float32) * 3)):
+        plan = _qdq.QdqPlan(name, "even", dtype, k)
+        want = plan.tile if width is None else {"BLOCK_R": 1, "BLOCK_K": width}
+        assert plan.launch_consts(r)[0] == want, (r, k)
+        x = make_input(fmt, r, k, dtype, seed + i)
+        assert_same(plan(x.to(DEVICE)).cpu(), ref.qdq(x, fmt, "even"),
+                    f"{name} {dtype} r={r} k={k}")
+    monkeypatch.setattr(_qdq, "SMALL_ROWS_WIDE_VERIFIED", False)  # off: 1 x 256 up to 64 rows
+    assert _qdq.small_rows_tile(64, 1 << 20) == _qdq.SMALL_ROWS_TILE
+    assert _qdq.small_rows_tile(65, 256) is None
+
+
 def test_a_kept_qdq_plan_launches_later_calls_with_the_first_calls_arguments(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """QdqPlan(keep_launches=True), the linear layers' activation QDQ: a call with rows and row
