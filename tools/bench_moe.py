@@ -27,7 +27,7 @@ from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
 from registry.machine.timing import graph_ms, median_ms  # noqa: E402
 from kernels.triton import linear_wgmma, moe_wgmma  # noqa: E402
-from gates import setting  # noqa: E402
+from gates import open_gates, setting  # noqa: E402
 from tune_linear import forced_spec, wgmma_name  # noqa: E402
 
 
@@ -67,19 +67,6 @@ def forced_config(cfg):
         yield
 
 
-def open_gates(names: list[str], ap: argparse.ArgumentParser) -> None:
-    """Set each named gate True where a module of the wgmma paths defines it."""
-    from kernels.triton import qdq_plan
-    for name in names:
-        mods = [m for m in (moe_wgmma, linear_wgmma, qdq_plan) if hasattr(m, name)]
-        if not mods or not name.endswith("_VERIFIED"):
-            ap.error(f"--open-gates {name}: not a *_VERIFIED gate of moe_wgmma, linear_wgmma or "
-                     "qdq_plan")
-        for m in mods:
-            setattr(m, name, True)
-        print(f"# gate {name} on for this run")
-
-
 def timed(fn, dev) -> tuple[float, str]:
     try:
         return graph_ms(fn, dev) * 1e3, "graph"
@@ -103,10 +90,10 @@ def main() -> None:
                     "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] (gated "
                     "ones too: every row is checked against the reference)")
     ap.add_argument("--open-gates", default="", metavar="NAME,...",
-                    help="switch on these gates for the run (moe_wgmma / linear_wgmma / qdq_plan "
-                    "attributes, e.g. EIGHT_BIT_VERIFIED: 8-bit experts on wgmma), to time a "
-                    "path written without a GPU beside the one it would replace (every row is "
-                    "checked against the reference first)")
+                    help="switch on these gates for the run (moe_wgmma / linear_wgmma / "
+                    "wgmma_config / qdq_plan attributes, e.g. EIGHT_BIT_VERIFIED: 8-bit experts "
+                    "on wgmma), to time a path written without a GPU beside the one it would "
+                    "replace (every row is checked against the reference first)")
     ap.add_argument("--one-program-chunks", type=int, default=None, metavar="N",
                     help="moe_routing.ONE_PROGRAM_CHUNKS for this run (the routing sort in one "
                     "program up to N chunks of rows, else a program a chunk); e.g. 1000000 for "

@@ -9,6 +9,7 @@ built later at the first call ran with the gate as shipped (docs/benchmarks.md p
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 from typing import Any, Iterator
 
@@ -26,4 +27,20 @@ def setting(obj: Any, **values: Any) -> Iterator[None]:
             setattr(obj, name, v)
 
 
-__all__ = ["setting"]
+def open_gates(names: list[str], ap: argparse.ArgumentParser) -> None:
+    """Set each named *_VERIFIED gate True for this process, wherever a module of the wgmma
+    paths defines it (--open-gates of bench_moe / tune_linear: time a path written without a
+    GPU beside the one it would replace); an unknown name is the parser's one-line error."""
+    from kernels.triton import linear_wgmma, moe_wgmma, qdq_plan, wgmma_config
+    modules = (moe_wgmma, linear_wgmma, wgmma_config, qdq_plan)
+    for name in names:
+        mods = [m for m in modules if hasattr(m, name)]
+        if not mods or not name.endswith("_VERIFIED"):
+            ap.error(f"--open-gates {name}: not a *_VERIFIED gate of "
+                     f"{', '.join(m.__name__.rsplit('.', 1)[1] for m in modules)}")
+        for m in mods:
+            setattr(m, name, True)
+        print(f"# gate {name} on for this run")
+
+
+__all__ = ["open_gates", "setting"]

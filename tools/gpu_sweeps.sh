@@ -54,6 +54,7 @@
 #   OUT=/tmp/out STEPS=fp8_eager bash tools/gpu_sweeps.sh       (W4A8 eager, its Bound off / on)
 #   OUT=/tmp/out STEPS="fused_act pdl" bash tools/gpu_sweeps.sh (W4A4 in one launch; PDL again)
 #   OUT=/tmp/out STEPS=qdq_rows bash tools/gpu_sweeps.sh       (the wider one-row QDQ tiles)
+#   OUT=/tmp/out STEPS=overlap bash tools/gpu_sweeps.sh        (the overlapped K loop, M = 1 / 16)
 #   OUT=/tmp/out STEPS=quant_tiles bash tools/gpu_sweeps.sh     (quantize / dequantize tiles,
 #     ~6 min; STEPS=quant_word_io, the packed word moves off / on, a call of its own: both ran
 #     past their limits together on an H100, part 29)
@@ -92,6 +93,15 @@ step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --compare pdl --ms "${PDL_MS
 # W4A4 moves nearer W4A16 here
 step qdq_rows "${QROWS_S:-200}" python3 tools/bench_pdl.py --compare qdq --ms 1,16,64,128,256 \
   --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/qdq_rows.json"
+# K tiles in pairs, each wgmma in flight under the next tile's decode (linear_wgmma.OVERLAP_
+# VERIFIED, written 2026-12-05 without a GPU, part 34: ncu put M = 1's time in the decode's
+# dependent waits; offline SASS has no write to an in-flight wgmma's registers): the table's
+# M = 1 / 16 rows with one stage more and overlap beside them (bits checked against the
+# reference first); put overlap in the rows where it wins, once the whole suite is green
+O=0:1:1:0:0:1
+step overlap "${OVL_S:-300}" python3 tools/tune_linear.py --parts wgmma --ms 1,16 \
+  --weights mxfp4,mxfp6_e3m2,mxfp8_e4m3 --open-gates OVERLAP_VERIFIED --out "$OUT/overlap.json" \
+  --wgmma-specs 8:256:2:3:4,8:256:2:4:4:$O,8:256:2:3:4:$O,8:128:2:4:4,8:128:2:5:4:$O,16:128:2:4:4,16:128:2:5:4:$O,16:256:2:4:4:$O
 step fused_act "${FUSED_S:-240}" python3 tools/bench_pdl.py --compare fused \
   --ms "${FUSED_MS:-1,16}" --shapes "${FUSED_SHAPES:-8192x8192,28672x8192,8192x28672}" \
   --out "$OUT/fused_act.json"

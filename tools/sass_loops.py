@@ -45,6 +45,62 @@ def loops(sass: str, min_len: int = 1) -> list[tuple[str, int, dict[str, int]]]:
     return found
 
 
+_HGMMA_A = re.compile(r"HGMMA\S*\s+R\d+,\s+R(\d+),")  # a wgmma with its A operand in registers
+_DEST = re.compile(r"^\s*(?:/\*[0-9a-f]{4,}\*/)\s*(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s+R(\d+)\b")
+_DEPBAR = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x(\d+)")
+# opcodes whose first register operand is read, not written (stores, wgmma's accumulator is
+# its own: not an A register)
+_NO_DEST = ("ST", "RED", "ATOM", "HGMMA", "BAR", "BRA", "WARPGROUP", "MEMBAR", "FENCE")
+
+
+def _written(op: str, first: int) -> range:
+    """The registers an instruction writes from its first operand: a vector load or move (.64 /
+    .128, LDSM's .2 / .4 matrices) or a wide result (.WIDE) several, else one."""
+    width = 4 if ".128" in op or (op.startswith("LDSM") and op.endswith(".4")) else \
+        2 if ".64" in op or ".WIDE" in op or (op.startswith("LDSM") and op.endswith(".2")) \
+        else 1
+    return range(first, first + width)
+
+
+def wgmma_a_hazards(sass: str) -> list[str]:
+    """Writes to a wgmma group's A registers while the group may still be in flight, in each
+    loop of `sass` walked twice (so its back edge is crossed): a group (HGMMAs up to one
+    marked gsb0) is in flight from its first HGMMA's issue until a `WARPGROUP.DEPBAR.LE gsb0,
+    N` leaves at most N newer ones. wgmma reads A from registers asynchronously; ptxas does
+    not hold them across a loop's back edge (linear_wgmma's OVERLAP), so none may exist."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
+    found = []
+    for i, line in enumerate(lines):
+        target = _TARGET.search(line) if "BRA" in line else None
+        if not target or labels.get(target.group(1), i + 1) > i:
+            continue
+        body = lines[labels[target.group(1)]:i + 1]
+        flight: list[set[int]] = []  # groups in flight, oldest first
+        group: set[int] = set()
+        for turn in range(2):
+            for text in body:
+                a = _HGMMA_A.search(text)
+                if a:
+                    group |= set(range(int(a.group(1)), int(a.group(1)) + 4))
+                    if "gsb0" in text:
+                        flight.append(group)
+                        group = set()
+                    continue
+                bar = _DEPBAR.search(text)
+                if bar:
+                    del flight[:max(0, len(flight) - int(bar.group(1)))]
+                    continue
+                d = _DEST.match(text)
+                if d and not d.group(1).startswith(_NO_DEST):
+                    busy = set().union(group, *flight)  # (a group's HGMMAs read as issued)
+                    hit = set(_written(d.group(1), int(d.group(2)))) & busy
+                    if hit and turn == 1:
+                        found.append(f"{target.group(1)}: {text.strip()} writes "
+                                     f"R{min(hit)} of a wgmma group in flight")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("sass", help="nvdisasm -c output of one cubin")

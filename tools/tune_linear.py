@@ -35,6 +35,7 @@ from kernels.triton.linear_mma import MmaConfig  # noqa: E402
 from kernels.triton import linear_wgmma, wgmma_tiles  # noqa: E402
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, BLOCK_M_WIDE,  # noqa: E402
                                          WgmmaConfig)
+from gates import open_gates  # noqa: E402
 from registry.machine.timing import (  # noqa: E402
     _copies_needed, copy_bandwidth, graph_ms, median_ms)
 
@@ -194,28 +195,29 @@ def rep_configs(m: int) -> list[WgmmaConfig]:
 
 
 def forced_spec(spec: str) -> WgmmaConfig:
-    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws]]]]] -> its
+    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap]]]]]] -> its
     WgmmaConfig."""
     try:
         v = [int(t) for t in spec.split(":")]
     except ValueError:
         v = []
-    if not 5 <= len(v) <= 10:
-        raise ValueError(f"wgmma spec {spec!r}: want 5 to 10 integers, "
+    if not 5 <= len(v) <= 11:
+        raise ValueError(f"wgmma spec {spec!r}: want 5 to 11 integers, "
                          f"{SPEC_FIELDS}")
-    v += [0, 1, 1, 0, 0][len(v) - 5:]  # the optional fields' defaults
+    v += [0, 1, 1, 0, 0, 0][len(v) - 5:]  # the optional fields' defaults
     return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5], sub_k=v[6], rep=v[7],
-                       tma_x=bool(v[8]), ws=bool(v[9]))
+                       tma_x=bool(v[8]), ws=bool(v[9]), overlap=bool(v[10]))
 
 
-SPEC_FIELDS = "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws]]]]]"
+SPEC_FIELDS = ("block_m:block_k:split:stages:warps"
+               "[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap]]]]]]")
 
 
 def wgmma_name(c: WgmmaConfig) -> str:
     return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
             f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
             f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}"
-            f"{' tma' if c.tma_x else ''}{' ws' if c.ws else ''}")
+            f"{' tma' if c.tma_x else ''}{' ws' if c.ws else ''}{' ovl' if c.overlap else ''}")
 
 
 def main() -> None:
@@ -238,7 +240,11 @@ def main() -> None:
                     + ",".join(map(str, MS)) + ")")
     ap.add_argument("--weights", default="mxfp4,mxfp4:mxfp4,mxfp8_e4m3:mxfp8_e4m3",
                     help="the main sweep's contracts, W[:A] (e.g. mxfp4,mxfp6_e3m2)")
+    ap.add_argument("--open-gates", default="", metavar="NAME,...",
+                    help="switch on these *_VERIFIED gates for the run (e.g. OVERLAP_VERIFIED: "
+                    "the overlapped K loop's specs), every variant still checked first")
     args = ap.parse_args()
+    open_gates([g for g in args.open_gates.split(",") if g], ap)
     # parsed (and checked: WgmmaConfig's one-line errors) before any GPU work
     specs = [forced_spec(c) for c in args.wgmma_specs.split(",")] if args.wgmma_specs else []
     dev = "cuda"

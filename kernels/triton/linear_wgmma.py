@@ -70,7 +70,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
                          ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
                          X_TMA: gl.constexpr = False, PDL: gl.constexpr = False,
-                         ACT_ROWS: gl.constexpr = 0):
+                         ACT_ROWS: gl.constexpr = 0, OVERLAP: gl.constexpr = False):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
@@ -81,16 +81,22 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     (wgmma_tiles.act_facts): the x tile's QDQ in the kernel, into a buffer of its own, before
     the wgmma reads it, on its first ACT_ROWS rows (0: all; wgmma_config.act_rows: the rest,
     rows no call of the plan has, stay zeros). SUB_K 2: each K tile as two halves, the second
-    decoded while the first's wgmma is in flight. REP 2: each warpgroup owns two 64-row blocks (128 weight rows a
-    warpgroup, two wgmmas a K step on one x tile): the tile's G = WARPS * REP groups of 16 rows,
-    warp w holding groups w, w + WARPS.
+    decoded while the first's wgmma is in flight. REP 2: each warpgroup owns two 64-row blocks
+    (128 weight rows a warpgroup, two wgmmas a K step on one x tile): the tile's G = WARPS * REP
+    groups of 16 rows, warp w holding groups w, w + WARPS.
     X_TMA: x_ptr is a TMA descriptor of x ([M, K], box [BLOCK_M, BLOCK_K]) and each x tile one
     TMA copy completing on its slot's mbarrier (no address math or masks a thread; the wgmma
     reads what the async proxy wrote, so no proxy fence a tile unless ACT rewrites it).
     PDL: launched programmatically after the activation QDQ (grid_dependency): the first
     tiles' weight copies are issued, then the kernel waits for the QDQ before its first x copy
     (the QDQ writes x; it reads nothing this kernel writes, and the kernels before it have
-    finished: it was launched as any kernel). Never with GROUPED (its tile table)."""
+    finished: it was launched as any kernel). Never with GROUPED (its tile table).
+    OVERLAP (SUB_K 1, no ACT, an even count of K tiles a slice: wgmma_config.overlap_fits): the
+    K loop runs tiles in pairs, each tile's wgmma left in flight under the next tile's decode.
+    The two tiles' A operands live in two register sets, each held past the wait that retires
+    its wgmma (`_keep`): ptxas does not track an in-flight wgmma's A registers across the back
+    edge, and a wait's `deps` does not hold them (benchmarks part 32). The ring refills the slot
+    two tiles back, not the one in flight (D = STAGES - 2)."""
     G: gl.constexpr = WARPS * REP  # 16-row groups a tile (the layout's `warps`)
     BLOCK_N: gl.constexpr = 16 * G
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
@@ -101,7 +107,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     TS: gl.constexpr = 256 * NBH  # scale bytes a block's K tile
     TB: gl.constexpr = TW if FMT >= 3 else TW // 2  # B words a block's K tile
     NB: gl.constexpr = G // 4  # 64-row blocks a program
-    D: gl.constexpr = STAGES - 1  # prefetch distance (no wgmma in flight past its iteration)
+    D: gl.constexpr = STAGES - 1 - OVERLAP  # prefetch distance (a slot a wgmma in flight)
     WL: gl.constexpr = words_layout(WARPS, NBH)
     MMA: gl.constexpr = acc_layout(WARPS, BLOCK_M)
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -185,52 +191,70 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
         if QROWS < BLOCK_M:  # rows past the QDQ's, once (ordered before the wgmma as its rows)
             xq_smem.store(gl.zeros([BLOCK_M, BLOCK_K], gl.bfloat16, XL))
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-    for kk in range(k_lo, k_hi):
-        i = kk - k_lo
-        async_copy.wait_group(D - 1)  # tile kk has landed (this thread's copies)
-        if X_TMA:  # ... and its x tile (copy i of slot i % STAGES: phase (i // STAGES) & 1)
-            mbarrier.wait(xbar.index(i % STAGES), (i // STAGES) & 1)
-            if len(ACT) > 0:  # (the QDQ's generic reads of the slot the copy engine
-                fence_async_shared()  # rewrites next: ordered across proxies, cheaply)
-        else:
-            fence_async_shared()  # ... and is visible to wgmma's async proxy
-        cta_barrier()  # every thread's; and every warp is past wgmma kk - 1 (frees xq_smem)
-        t = gl.minimum(kk + D, k_hi - 1)
-        nxt = (i + D) % STAGES
-        copy_tile(w_smem.index(nxt), b_smem.index(nxt), s_smem.index(nxt), x_smem.index(nxt),
-                  wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs, xmask, xc,
-                  _slot(xbar, nxt, X_TMA), t, K, row0, BLOCK_K, K_TAIL, FMT, X_TMA)
-        cur = i % STAGES
-        xb = x_smem.index(cur)
-        if len(ACT) > 0:  # W*A*: QDQ the x tile here instead of in a launch of its own
-            qdq_x_tile(xb, xq_smem, QROWS, BLOCK_M, BLOCK_K, WARPS, ACT)
-            fence_async_shared()
-            xb = xq_smem
-        words, bw, base, sword = slot_operands(w_smem.index(cur), b_smem.index(cur),
-                                               s_smem.index(cur), WL, SL, WARPS, NBH, FMT)
-        if len(ACT) > 0:
-            cta_barrier()  # every warp's QDQ stores are in before the wgmma reads them
-        if SUB_K == 1:
-            a = decode(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
-            acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
-            # Retired at once: wgmma reads its A registers while in flight and ptxas (CUDA
-            # 12.8 / 13.0) does not keep them from being reused across the loop's back edge
-            # (the SASS of a wait(1) version writes them at the loop's top; H200: wrong sums at
-            # block_m 64 / 128 and wherever 2+ CTAs share an SM). Overlap comes from the CTAs
-            # sharing the SM, and (SUB_K 2) from the halves below.
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
-        else:  # the second half's decode runs under the first half's wgmma; both A halves
-            # stay live (the wait's deps) until the wait retires both, within the iteration
-            w0, w1 = halves(words, NBH)
-            b0, b1 = halves(bw, NBH)
-            r0, r1 = halves(base, NBH)
-            s0, s1 = halves(sword, NBH)
-            HK: gl.constexpr = BLOCK_K // 2
-            a0 = decode(w0, b0, r0, s0, BLOCK_N, HK, A, FMT)
-            acc = warpgroup_mma(a0, xb.slice(0, HK, dim=1).permute((1, 0)), acc, is_async=True)
-            a1 = decode(w1, b1, r1, s1, BLOCK_N, HK, A, FMT)
-            acc = warpgroup_mma(a1, xb.slice(HK, HK, dim=1).permute((1, 0)), acc, is_async=True)
-            acc, a0, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a0, a1])
+    if OVERLAP:  # the odd K tile's A operand, in flight across the back edge (none at first)
+        a_odd = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, A)
+    for kk0 in range(k_lo, k_hi, 1 + OVERLAP):
+        for h in gl.static_range(1 + OVERLAP):
+            kk = kk0 + h
+            i = kk - k_lo
+            async_copy.wait_group(D - 1)  # tile kk has landed (this thread's copies)
+            if X_TMA:  # ... and its x tile (copy i of slot i % STAGES: phase (i // STAGES) & 1)
+                mbarrier.wait(xbar.index(i % STAGES), (i // STAGES) & 1)
+                if len(ACT) > 0:  # (the QDQ's generic reads of the slot the copy engine
+                    fence_async_shared()  # rewrites next: ordered across proxies, cheaply)
+            else:
+                fence_async_shared()  # ... and is visible to wgmma's async proxy
+            cta_barrier()  # every thread's; and every warp is past the wait that retired wgmma
+            # kk - 1 (kk - 2 with OVERLAP: the slot refilled below is that one's; frees xq_smem)
+            t = gl.minimum(kk + D, k_hi - 1)
+            nxt = (i + D) % STAGES
+            copy_tile(w_smem.index(nxt), b_smem.index(nxt), s_smem.index(nxt), x_smem.index(nxt),
+                      wbase + t * TW, bbase + t * TB, sbase + t * TS, xptrs, xmask, xc,
+                      _slot(xbar, nxt, X_TMA), t, K, row0, BLOCK_K, K_TAIL, FMT, X_TMA)
+            cur = i % STAGES
+            xb = x_smem.index(cur)
+            if len(ACT) > 0:  # W*A*: QDQ the x tile here instead of in a launch of its own
+                qdq_x_tile(xb, xq_smem, QROWS, BLOCK_M, BLOCK_K, WARPS, ACT)
+                fence_async_shared()
+                xb = xq_smem
+            words, bw, base, sword = slot_operands(w_smem.index(cur), b_smem.index(cur),
+                                                   s_smem.index(cur), WL, SL, WARPS, NBH, FMT)
+            if len(ACT) > 0:
+                cta_barrier()  # every warp's QDQ stores are in before the wgmma reads them
+            if SUB_K == 1:
+                a = decode(words, bw, base, sword, BLOCK_N, BLOCK_K, A, FMT)
+                acc = warpgroup_mma(a, xb.permute((1, 0)), acc, is_async=True)
+                if OVERLAP:
+                    acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+                    if h == 0:
+                        a_odd = _keep(a_odd)
+                        a_even = a
+                    else:
+                        a_even = _keep(a_even)
+                        a_odd = a
+                # Else retired at once: wgmma reads its A registers while in flight and ptxas
+                # (CUDA 12.8 / 13.0) does not keep them from being reused across the loop's
+                # back edge (the SASS of a plain wait(1) version writes them at the loop's
+                # top; H200: wrong sums at block_m 64 / 128 and wherever 2+ CTAs share an
+                # SM). Overlap comes from the CTAs sharing the SM, and (SUB_K 2) from the
+                # halves below.
+                if not OVERLAP:
+                    acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+            else:  # the second half's decode runs under the first half's wgmma; both A halves
+                # stay live (the wait's deps) until the wait retires both, within the iteration
+                w0, w1 = halves(words, NBH)
+                b0, b1 = halves(bw, NBH)
+                r0, r1 = halves(base, NBH)
+                s0, s1 = halves(sword, NBH)
+                HK: gl.constexpr = BLOCK_K // 2
+                a0 = decode(w0, b0, r0, s0, BLOCK_N, HK, A, FMT)
+                acc = warpgroup_mma(a0, xb.slice(0, HK, dim=1).permute((1, 0)), acc, is_async=True)
+                a1 = decode(w1, b1, r1, s1, BLOCK_N, HK, A, FMT)
+                acc = warpgroup_mma(a1, xb.slice(HK, HK, dim=1).permute((1, 0)), acc, is_async=True)
+                acc, a0, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a0, a1])
+    if OVERLAP:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+        a_odd = _keep(a_odd)
     async_copy.wait_group(0)
     if X_TMA:  # the D copies issued past the slice's last tile land before the CTA exits
         n_done = k_hi - k_lo
@@ -238,6 +262,13 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
             mbarrier.wait(xbar.index((n_done + j) % STAGES), ((n_done + j) // STAGES) & 1)
     finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
                 dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, BLOCK_N, BLOCK_M, MMA)
+
+
+@gluon.jit
+def _keep(a):
+    """a, its registers held to this point (an empty asm that reads and rewrites them, not
+    pure: ordered after the wgmma wait before it)."""
+    return gl.inline_asm_elementwise("", "=h,0", [a], dtype=gl.bfloat16, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -266,6 +297,11 @@ INT8_VERIFIED = True
 WARPS_VERIFIED = (4, 8)
 # SUB_K 2: a K tile in halves, the second's decode under the first's wgmma (H200, 4c47c1e).
 SUB_K_VERIFIED = True
+# OVERLAP: K tiles in pairs, each wgmma in flight under the next tile's decode
+# (WgmmaConfig.overlap), written 2026-12-05 without a GPU after ncu put M = 1's time in the
+# decode's dependent waits (benchmarks parts 32 / 34; the SASS checked offline:
+# test_wgmma_compile); on once test_overlap_gives_the_same_bits passes in a whole-suite run.
+OVERLAP_VERIFIED = False
 # REP 2: two 64-row blocks a warpgroup sharing its x tile (H200, f744bf5, 2026-12-02).
 REP_VERIFIED = True
 # The x tile by TMA (WgmmaConfig.tma_x) (H200, 7bf79b8, 2026-12-03).
@@ -305,6 +341,9 @@ def gated(cfg: WgmmaConfig) -> Optional[str]:
         return f"warps={cfg.warps} (two warpgroups): written, not yet verified on a GPU"
     if cfg.sub_k != 1 and not SUB_K_VERIFIED:
         return "sub_k=2 (K tiles in halves): written, not yet verified on a GPU"
+    if cfg.overlap and not OVERLAP_VERIFIED:
+        return "overlap (each wgmma in flight under the next K tile's decode): written, not " \
+            "yet verified on a GPU"
     if cfg.rep != 1 and not REP_VERIFIED:
         return "rep=2 (128 rows a warpgroup): written, not yet verified on a GPU"
     if cfg.tma_x and not TMA_X_VERIFIED:
@@ -384,7 +423,7 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
     args = (xa, *weight, b, out, part, lock, lock, lock, b, m, plan.n, plan.k, plan.per_split, 1,
             x2d.stride(0), out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m,
             cfg.block_k, cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt,
-            plan.act, cfg.sub_k, cfg.rep, cfg.tma_x, plan.pdl, plan.act_rows)
+            plan.act, cfg.sub_k, cfg.rep, cfg.tma_x, plan.pdl, plan.act_rows, plan.overlap)
     kernel = _ws_linear_kernel if cfg.ws else _wgmma_linear_kernel
     compiled = launcher.launch(kernel, key, grid, args, num_warps=cfg.warps, num_stages=1,
                                maxnreg=cfg.maxnreg, pdl=plan.pdl)

@@ -100,7 +100,7 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                       K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
                       ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
                       X_TMA: gl.constexpr = True, PDL: gl.constexpr = False,
-                      ACT_ROWS: gl.constexpr = 0):
+                      ACT_ROWS: gl.constexpr = 0, OVERLAP: gl.constexpr = False):
     """x_ptr: TMA descriptor of x [M, K] ([BLOCK_M, BLOCK_K] boxes); w_ptr / b_ptr / s_ptr:
     `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
     consumer; the second and the loader are warp_specialize's workers). GROUPED (MoE experts,
@@ -113,7 +113,8 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     # BLOCK_M 256 (large M): 128 weight rows, consumer C the layout's block 2 * pid + C in its
     # own ring, both on every K tile and all 256 rows (the module docstring)
     WIDE: gl.constexpr = BLOCK_M == _WIDE_M
-    gl.static_assert(len(ACT) == 0 and (STAGES % 2 == 0 or WIDE))  # (WgmmaConfig says why)
+    gl.static_assert(len(ACT) == 0 and not OVERLAP)  # (WgmmaConfig says why)
+    gl.static_assert(STAGES % 2 == 0 or WIDE)  # (WgmmaConfig says why)
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     k_lo = gl.program_id(2) * TILES_PER_SPLIT
     k_hi = gl.minimum(k_lo + TILES_PER_SPLIT, ktiles)

@@ -46,6 +46,7 @@ class WgmmaConfig:
     rep: int = 1  # 64-row blocks a warpgroup (2: 128 rows a warpgroup, one x tile for both)
     tma_x: bool = False  # the x tile by one TMA copy (M >= 64: a 16-32 KB tile) not cp.async
     ws: bool = False  # warp-specialized (linear_wgmma_ws): a TMA loader warp, two consumers
+    overlap: bool = False  # K tiles in pairs, each wgmma in flight under the next tile's decode
 
     @property
     def groups(self) -> int:
@@ -85,6 +86,12 @@ class WgmmaConfig:
             raise ValueError(f"WgmmaConfig: ws=True needs an even number of stages (got "
                              f"{self.stages}): each consumer owns every other ring slot, so it "
                              "sees every phase of its slots' barriers")
+        if self.overlap and (self.sub_k != 1 or self.fuse_act or self.ws or self.stages < 3):
+            raise ValueError(f"WgmmaConfig: overlap=True keeps a wgmma in flight into the next K "
+                             f"tile: it needs sub_k=1, fuse_act=False (one QDQ buffer), ws=False "
+                             f"and stages >= 3 (the slot in flight is not refilled) (got "
+                             f"sub_k={self.sub_k}, fuse_act={self.fuse_act}, ws={self.ws}, "
+                             f"stages={self.stages})")
         if self.ws and (self.warps != 4 or self.rep != 1 or self.sub_k != 1 or self.fuse_act
                         or not self.tma_x):
             raise ValueError(f"WgmmaConfig: ws=True runs two 4-warp consumers of 64 rows with x by "
@@ -114,6 +121,7 @@ class WgmmaPlan:
     device: Optional[int] = None  # the weight's CUDA device index (a torch.device a call: ~1 us)
     pdl: bool = False  # launched programmatically after its activation QDQ (grid_dependency)
     act_rows: int = 0  # the kernel's ACT_ROWS: x rows its fused QDQ covers (`act_rows`)
+    overlap: bool = False  # the kernel's OVERLAP: cfg.overlap where `overlap_fits`
 
 
 FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8")  # by the kernel's FMT
@@ -169,6 +177,12 @@ def act_rows(block_m: int, m_max: int) -> int:
     return 1 if m_max == 1 else max(8, 1 << (m_max - 1).bit_length())
 
 
+def overlap_fits(ktiles: int, split: int, per_split: int) -> bool:
+    """Whether every K slice of a launch holds an even count of tiles (the overlapped loop runs
+    them in pairs): the slices of per_split tiles and the last one, what is left."""
+    return per_split % 2 == 0 and (ktiles - (split - 1) * per_split) % 2 == 0
+
+
 def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                cfg: WgmmaConfig, act: tuple = ()) -> Optional[WgmmaPlan]:
     """The plan for up to `m_max` rows of a call `unavailable` accepted, or None where the
@@ -189,8 +203,9 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
     pdl = bool(act) and not cfg.fuse_act and grid_dependency.PDL_VERIFIED  # (QDQ launched first)
     act = act if cfg.fuse_act else ()
     rows = act_rows(cfg.block_m, m_max) if act else 0
+    overlap = cfg.overlap and overlap_fits(ktiles, split, per_split)  # (else the plain loop)
     key = launcher.intern(("wgmma", words.device.index, has_bias, split, cfg, n, k, fmt, act,
-                           pdl, rows))
+                           pdl, rows, overlap))
     descs = ()
     if cfg.ws:  # (the Gluon module only where a ws config is planned)
         from kernels.triton.linear_wgmma_ws import ws_descriptors
@@ -198,7 +213,7 @@ def wgmma_plan(cached: dict, n: int, k: int, m_max: int, has_bias: bool,
                                cfg.block_k)
     return WgmmaPlan(cfg, grid_n, per_split, split, words, sbytes, n, k, key, bwords,
                      FORMATS.index(fmt), act, device=words.device.index, descs=descs, pdl=pdl,
-                     act_rows=rows)
+                     act_rows=rows, overlap=overlap)
 
 
 def one_layout(cached: dict, fmt: str, k: int) -> Optional[tuple]:
@@ -250,5 +265,6 @@ _LAYOUT_KEY = "wgmma_layout"
 
 
 __all__ = ["ACT_ROWS_VERIFIED", "BLOCK_M_VERIFIED", "BLOCK_M_WIDE", "FORMATS", "WgmmaConfig",
-           "WgmmaPlan", "act_rows", "layout_fits", "layout_of", "one_layout", "weight_format",
+           "WgmmaPlan", "act_rows", "layout_fits", "layout_of", "one_layout", "overlap_fits",
+           "weight_format",
            "weight_programs", "wgmma_plan"]

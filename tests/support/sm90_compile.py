@@ -62,7 +62,8 @@ BY16 = frozenset({"K", "stride_x", "stride_o", "stride_we", "stride_se"})
 
 def wgmma_signature(consts: dict, ws: bool = False) -> tuple:
     """(In the script's process) linear_wgmma's one-partition kernel (linear_wgmma_ws's with
-    `ws`) and its (signature, attributes) for these constexprs as a launch specializes them:
+    `ws`) and its (signature, attributes) for these constexprs (the kernel's defaulted ones
+    that `consts` leaves out are added to it) as a launch specializes them:
     16-byte aligned pointers, BY16's integers multiples of 16; x a TMA descriptor of
     [BLOCK_M, BLOCK_K] boxes where X_TMA (always in ws), and in ws the weight words, B words
     and scale bytes too; the output fp32 where GROUPED (the experts' weighted rows)."""
@@ -85,23 +86,37 @@ def wgmma_signature(consts: dict, ws: bool = False) -> tuple:
                     b_ptr=f"tensordesc<i32[{b_rows}, 256],{w_flat!r}>",
                     s_ptr=f"tensordesc<u8[{2 * bk // 256}, 256],{s_flat!r}>")
     names = kern.arg_names
+    _fill_defaults(kern, consts)
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
              if (n in ptrs or n in BY16) and not sig[n].startswith("tensordesc")}
     return kern, sig, attrs
 
 
+def _fill_defaults(kern, consts: dict) -> None:
+    """The kernel's constexpr parameters with a default (ACT_ROWS, OVERLAP, ...) that `consts`
+    leaves out, added to it at their defaults, as a launch that omits them gets them (else the
+    signature would make them i32 arguments)."""
+    import inspect
+
+    for name, param in inspect.signature(kern.fn).parameters.items():
+        if name not in consts and param.default is not inspect.Parameter.empty and \
+                "constexpr" in str(param.annotation):
+            consts[name] = param.default
+
+
 def wgmma_consts(case: dict) -> dict:
     """The wgmma kernels' constexprs for a compile case: the defaults (bias, 4 warps, no K
     tail, not grouped, mxfp4, one K part, rep 1, x by cp.async, no PDL, the fused QDQ on all
-    BLOCK_M rows), the case's own, and
+    BLOCK_M rows, no overlapped K loop), the case's own, and
     ACT's facts from its "format:rounding" key name (no ACT: weight-only)."""
     from kernels.spec.contract import QuantKey
     from kernels.triton import fp4_words
     from kernels.triton.wgmma_tiles import act_facts
 
     consts = {**dict(HAS_BIAS=True, WARPS=fp4_words.WGMMA_WARPS, K_TAIL=False, GROUPED=False,
-                     FMT=0, SUB_K=1, REP=1, X_TMA=False, PDL=False, ACT_ROWS=0), **case}
+                     FMT=0, SUB_K=1, REP=1, X_TMA=False, PDL=False, ACT_ROWS=0,
+                     OVERLAP=False), **case}
     fmt, _, rounding = case.get("ACT", "").partition(":")
     consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
     return consts

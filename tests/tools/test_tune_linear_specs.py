@@ -20,12 +20,14 @@ def test_a_spec_is_its_config() -> None:
     assert tma.tma_x and not cfg.tma_x and tune_linear.wgmma_name(tma).endswith("s2 st3 w4 tma")
     ws = tune_linear.forced_spec("128:128:1:4:4:0:1:1:1:1")
     assert ws.ws and ws.tma_x and tune_linear.wgmma_name(ws).endswith("s1 st4 w4 tma ws")
+    ovl = tune_linear.forced_spec("8:256:2:4:4:0:1:1:0:0:1")
+    assert ovl.overlap and tune_linear.wgmma_name(ovl).endswith("s2 st4 w4 ovl")
     assert [tune_linear.tile_of(m) for m in (1, 8, 9, 100, 128)] == [8, 8, 16, 128, 128]
 
 
-@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9:1:1"))
+@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9:1:1:1"))
 def test_a_malformed_spec_says_what_is_wanted(spec: str) -> None:
-    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 10 integers, "
+    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 11 integers, "
                                          r"block_m:block_k:split:stages:warps"):
         tune_linear.forced_spec(spec)
 

@@ -62,6 +62,14 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
     dict(BLOCK_M=64, BLOCK_K=128, SPLIT=2, STAGES=3, FMT=1, GROUPED=True, HAS_BIAS=False,
          X_TMA=True),
     dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=3, ACT="mxfp4:even", X_TMA=True),
+    # K tiles in pairs, each wgmma in flight under the next decode (OVERLAP, gated): every
+    # weight format, K tails, two warpgroups, x by TMA, grouped
+    dict(BLOCK_M=8, BLOCK_K=256, SPLIT=2, STAGES=4, OVERLAP=True),
+    dict(BLOCK_M=16, BLOCK_K=128, SPLIT=2, STAGES=4, FMT=2, K_TAIL=True, OVERLAP=True),
+    dict(BLOCK_M=64, BLOCK_K=128, SPLIT=1, STAGES=3, FMT=3, WARPS=8, OVERLAP=True),
+    dict(BLOCK_M=128, BLOCK_K=128, SPLIT=2, STAGES=3, FMT=4, X_TMA=True, OVERLAP=True),
+    dict(BLOCK_M=16, BLOCK_K=128, SPLIT=2, STAGES=4, FMT=1, GROUPED=True, HAS_BIAS=False,
+         OVERLAP=True),
     dict(BLOCK_M=128, BLOCK_K=128, SPLIT=4, STAGES=2, REP=2, X_TMA=True)]
 
 
@@ -111,7 +119,8 @@ def test_the_kernel_compiles_for_sm90_without_a_shared_round_trip(index: int,
     decoded value goes through shared memory (at most the split-K flag's one st.shared)."""
     case, found = COMPILE_CASES[index], compiled_cases[index]
     assert "error" not in found, found.get("error")
-    assert found[r"wgmma\.mma_async"] == case["BLOCK_K"] // 16 * case.get("REP", 1)
+    assert found[r"wgmma\.mma_async"] == \
+        case["BLOCK_K"] // 16 * case.get("REP", 1) * (2 if case.get("OVERLAP") else 1)
     if case.get("ACT"):  # the x tile's QDQ: block maxima across lanes (shuffles, or one
         # redux.sync where a block spans 16-32 lanes), an RNE cast, shared stores
         assert found[r"shfl\.sync"] + found[r"redux\.sync"] > 0 and found[r"cvt\.rn\.bf16"] > 0
@@ -159,3 +168,43 @@ def test_row_0_of_the_x_tile_is_unswizzled() -> None:
     shapes = [(r, c) for r in (8, 16, 32, 64, 128) for c in (128, 256, 512)]
     for (rows, cols), row0 in zip(shapes, compile_cases(_X_SMEM_MAP, shapes)):
         assert row0 == [(c // 64) * rows * 64 + c % 64 for c in range(cols)], (rows, cols)
+
+
+_HAZARDS = """
+import json, os, subprocess, sys, tempfile
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+import support
+from support.sm90_compile import wgmma_signature
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(support.__file__)), "..", "tools"))
+from sass_loops import wgmma_a_hazards
+found = []
+for consts in json.loads(sys.stdin.read()):
+    consts["ACT"] = tuple(consts["ACT"])
+    kern, sig, attrs = wgmma_signature(consts)
+    cubin = triton.compile(GluonASTSource(kern, sig, consts, attrs),
+                           target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=consts["WARPS"])).asm["cubin"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        open(path, "wb").write(cubin)
+        sass = subprocess.run([knobs.nvidia.nvdisasm.path, "-c", path], capture_output=True,
+                              text=True, check=True).stdout
+    found.append({"hazards": wgmma_a_hazards(sass), "hgmma": sass.count("HGMMA")})
+print(json.dumps(found))
+"""
+
+
+def test_no_write_reaches_an_in_flight_wgmmas_registers() -> None:
+    """OVERLAP's K loop in ptxas' own SASS (sm_90a, this triton): each K tile's wgmma is still
+    in flight under the next tile's decode, across the back edge for the pair's second tile,
+    and no instruction writes its A registers before the DEPBAR that retires it
+    (tools/sass_loops.wgmma_a_hazards: a write there is the wrong-sums race of part 32). The
+    kernel as shipped (every wgmma retired at once) is checked the same way."""
+    cases = [c for c in COMPILE_CASES if c.get("OVERLAP")] + [COMPILE_CASES[0]]
+    found = compile_cases(_HAZARDS, [wgmma_consts(c) for c in cases])
+    for case, got in zip(cases, found):
+        assert got["hazards"] == [], (case, got["hazards"][:3])
+        assert got["hgmma"] >= case["BLOCK_K"] // 16, case

@@ -170,6 +170,43 @@ def test_fused_activation_qdq_is_the_dispatchers(n: int, k: int, act: str, rows:
 
 
 @gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8"))
+def test_overlap_gives_the_same_bits(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OVERLAP (K tiles in pairs, each wgmma in flight under the next tile's decode): bit for bit
+    the plain loop's output, and close to reference-emulation, for each weight format, M 1..128
+    (one and two warpgroups, split-K, x by TMA), K tails, bias, NaN / Inf rows, fresh x a call;
+    a K whose slices are odd runs the plain loop. (Run with overlap switched on: this test is
+    what switches it on, `linear_wgmma.OVERLAP_VERIFIED`; offline its SASS has no write to an
+    in-flight wgmma's registers: test_wgmma_compile.)"""
+    monkeypatch.setattr(lw, "OVERLAP_VERIFIED", True)
+    gen = torch.Generator().manual_seed(len(fmt) + 77)
+    for n, k in ((200, 1024), (72, 2880)):
+        w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight, "mxint8": int8_weight}.get(
+            fmt, lambda n_, k_, g: fp6_weight(fmt, n_, k_, "packed", g))(n, k, gen).to("cuda")
+        prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None))
+        bias = torch.randn(n, generator=gen).cuda()
+        for m, block_k, split, stages, warps, tma in ((1, 256, 2, 4, 4, False),
+                                                      (1, 128, 2, 3, 4, False),
+                                                      (16, 128, 1, 4, 4, False),
+                                                      (64, 128, 2, 3, 8, False),
+                                                      (128, 128, 2, 3, 4, True)):
+            for _ in range(2):
+                x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+                if m > 1:
+                    x[1, 5] = float("inf")
+                    x[-1, k - 3] = float("nan")
+                plain = lw.WgmmaConfig(block_m=tile_for(m), block_k=block_k, split=split,
+                                       stages=stages, warps=warps, tma_x=tma)
+                over = dataclasses.replace(plain, overlap=True)
+                for b in (None, bias):
+                    want = fused_linear(x, prepared, b, strategy="wgmma", config=plain)
+                    got = fused_linear(x, prepared, b, strategy="wgmma", config=over)
+                    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+                        (fmt, n, k, m, block_k, split)
+                    assert close(got, reference_bf16(x, prepared, b)), (fmt, n, k, m)
+
+
+@gpu
 @pytest.mark.parametrize("fmt", ("mxfp8_e4m3", "mxint8"))
 @pytest.mark.parametrize("n,k", ((200, 1024), (72, 2880)))
 def test_8bit_weights_match_the_reference(n: int, k: int, fmt: str,

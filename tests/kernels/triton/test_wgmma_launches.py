@@ -63,6 +63,38 @@ def test_unavailable_says_why() -> None:
     for bad in (dict(sub_k=3), dict(maxnreg=32), dict(maxnreg=256), dict(rep=4)):
         with pytest.raises(ValueError, match="sub_k=.* rep=.* maxnreg="):
             lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4, **bad)
+    ovl = dataclasses.replace(cfg, overlap=True)
+    assert lw.unavailable(cpu, FP4, 512, bf, bf, ovl) == (
+        "needs an NVIDIA GPU" if lw.OVERLAP_VERIFIED else
+        "overlap (each wgmma in flight under the next K tile's decode): written, not yet "
+        "verified on a GPU")
+    for bad in (dict(sub_k=2), dict(fuse_act=True), dict(stages=2),
+                dict(ws=True, tma_x=True, stages=4)):
+        with pytest.raises(ValueError, match=r"overlap=True .* needs sub_k=1, fuse_act=False"):
+            lw.WgmmaConfig(block_m=16, block_k=256, split=1, **{"stages": 4, **bad},
+                           overlap=True)
+
+
+def test_the_overlapped_loop_runs_only_where_every_slice_has_pairs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """wgmma_config.overlap_fits and the plan's OVERLAP: K tiles in pairs, so every slice's
+    count must be even (the last slice holds what is left); elsewhere a plan of an overlap
+    config runs the plain loop (same bits), and the launch passes what the plan says."""
+    assert wgmma_config.overlap_fits(32, 2, 16) and wgmma_config.overlap_fits(12, 1, 12)
+    assert not wgmma_config.overlap_fits(12, 2, 6 + 1)  # slices of 7: odd
+    assert not wgmma_config.overlap_fits(11, 2, 6)  # 6 and 5
+    assert wgmma_config.overlap_fits(10, 3, 4)  # 4, 4, 2
+    general, _ = record_launches(monkeypatch, None)
+    gen = torch.Generator().manual_seed(5)
+    for k, block_k, want in ((1024, 128, True), (1024, 256, True), (1280, 256, False),
+                             (1536, 256, False), (2048, 256, True)):
+        prepared = KERNEL.prepare(fp4_weight(64, k, gen),
+                                  SchemeContract(weight=key("mxfp4"), activation=None))
+        cfg = lw.WgmmaConfig(block_m=8, block_k=block_k, split=2, stages=4, overlap=True)
+        fused_linear(torch.randn(1, k).to(torch.bfloat16), prepared, strategy="wgmma",
+                     config=cfg)
+        args = general[-1][3]
+        assert args["OVERLAP"] is want and args["STAGES"] == 4, (k, block_k)
 
 
 def test_act_facts_are_the_qdq_kernels_constants() -> None:
