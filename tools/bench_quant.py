@@ -186,7 +186,7 @@ def run_case(name: str, layout: str, rounding: str, shape: tuple[int, int], devi
             setting(fp4_lanes, FP4_LANES_VERIFIED=cvt, LANE_WORDS_VERIFIED=word_io), \
             setting(packed_codes, FP4_WORD_IO_VERIFIED=word_io, FP6_HALVES_VERIFIED=word_io), \
             setting(quant_tiles,
-                     TILE_OVERRIDE={**quant_tiles.TILE_OVERRIDE, **override} if override else None):
+                    TILE_OVERRIDE={**quant_tiles.TILE_OVERRIDE, **override} if override else None):
         return _run_case(name, layout, rounding, shape, device, copy_tbs, time_reference, seed,
                          only)
 

@@ -232,13 +232,13 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                     else:
                         a_even = _keep(a_even)
                         a_odd = a
-                # Else retired at once: wgmma reads its A registers while in flight and ptxas
-                # (CUDA 12.8 / 13.0) does not keep them from being reused across the loop's
-                # back edge (the SASS of a plain wait(1) version writes them at the loop's
-                # top; H200: wrong sums at block_m 64 / 128 and wherever 2+ CTAs share an
-                # SM). Overlap comes from the CTAs sharing the SM, and (SUB_K 2) from the
-                # halves below.
-                if not OVERLAP:
+                else:
+                    # Retired at once: wgmma reads its A registers while in flight and ptxas
+                    # (CUDA 12.8 / 13.0) does not keep them from being reused across the
+                    # loop's back edge (the SASS of a plain wait(1) version writes them at the
+                    # loop's top; H200: wrong sums at block_m 64 / 128 and wherever 2+ CTAs
+                    # share an SM). Overlap comes from the CTAs sharing the SM, and (SUB_K 2)
+                    # from the halves below.
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
             else:  # the second half's decode runs under the first half's wgmma; both A halves
                 # stay live (the wait's deps) until the wait retires both, within the iteration

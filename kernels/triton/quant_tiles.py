@@ -52,6 +52,5 @@ def gpu_warps(kernel: str, pack: int) -> int:
     return TILE_OVERRIDE[kernel, pack][2] if (kernel, pack) in TILE_OVERRIDE else GPU_WARPS
 
 
-
 __all__ = ["GPU_TILE", "GPU_WARPS", "INTERPRETER_TILE", "PACKED_FP6_TILE", "TILE_OVERRIDE",
            "gpu_tile", "gpu_warps", "tile_override"]

@@ -107,16 +107,15 @@ def _fill_defaults(kern, consts: dict) -> None:
 
 def wgmma_consts(case: dict) -> dict:
     """The wgmma kernels' constexprs for a compile case: the defaults (bias, 4 warps, no K
-    tail, not grouped, mxfp4, one K part, rep 1, x by cp.async, no PDL, the fused QDQ on all
-    BLOCK_M rows, no overlapped K loop), the case's own, and
+    tail, not grouped, mxfp4, one K part, rep 1, x by cp.async, no PDL; the kernel's own
+    defaults past those: `wgmma_signature`), the case's own, and
     ACT's facts from its "format:rounding" key name (no ACT: weight-only)."""
     from kernels.spec.contract import QuantKey
     from kernels.triton import fp4_words
     from kernels.triton.wgmma_tiles import act_facts
 
     consts = {**dict(HAS_BIAS=True, WARPS=fp4_words.WGMMA_WARPS, K_TAIL=False, GROUPED=False,
-                     FMT=0, SUB_K=1, REP=1, X_TMA=False, PDL=False, ACT_ROWS=0,
-                     OVERLAP=False), **case}
+                     FMT=0, SUB_K=1, REP=1, X_TMA=False, PDL=False), **case}
     fmt, _, rounding = case.get("ACT", "").partition(":")
     consts["ACT"] = act_facts(QuantKey.mx(fmt, rounding=rounding, static=False)) if fmt else ()
     return consts
