@@ -195,29 +195,30 @@ def rep_configs(m: int) -> list[WgmmaConfig]:
 
 
 def forced_spec(spec: str) -> WgmmaConfig:
-    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap]]]]]] -> its
-    WgmmaConfig."""
+    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap[:group_m]]]]]]]
+    -> its WgmmaConfig."""
     try:
         v = [int(t) for t in spec.split(":")]
     except ValueError:
         v = []
-    if not 5 <= len(v) <= 11:
-        raise ValueError(f"wgmma spec {spec!r}: want 5 to 11 integers, "
+    if not 5 <= len(v) <= 12:
+        raise ValueError(f"wgmma spec {spec!r}: want 5 to 12 integers, "
                          f"{SPEC_FIELDS}")
-    v += [0, 1, 1, 0, 0, 0][len(v) - 5:]  # the optional fields' defaults
+    v += [0, 1, 1, 0, 0, 0, 1][len(v) - 5:]  # the optional fields' defaults
     return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5], sub_k=v[6], rep=v[7],
-                       tma_x=bool(v[8]), ws=bool(v[9]), overlap=bool(v[10]))
+                       tma_x=bool(v[8]), ws=bool(v[9]), overlap=bool(v[10]), group_m=v[11])
 
 
 SPEC_FIELDS = ("block_m:block_k:split:stages:warps"
-               "[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap]]]]]]")
+               "[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap[:group_m]]]]]]]")
 
 
 def wgmma_name(c: WgmmaConfig) -> str:
     return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
             f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
             f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}"
-            f"{' tma' if c.tma_x else ''}{' ws' if c.ws else ''}{' ovl' if c.overlap else ''}")
+            f"{' tma' if c.tma_x else ''}{' ws' if c.ws else ''}{' ovl' if c.overlap else ''}"
+            f"{f' g{c.group_m}' if c.group_m != 1 else ''}")
 
 
 def main() -> None:

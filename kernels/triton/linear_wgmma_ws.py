@@ -47,7 +47,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from kernels.triton.wgmma_config import BLOCK_M_WIDE
 from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
 from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
-                                        grid_wait, layout_chunks, reinterpret, weight_ring)
+                                        grid_wait, layout_chunks, reinterpret, tile_ids,
+                                        weight_ring)
 
 ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
 WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
@@ -100,15 +101,18 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                       K_TAIL: gl.constexpr, GROUPED: gl.constexpr, FMT: gl.constexpr,
                       ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
                       X_TMA: gl.constexpr = True, PDL: gl.constexpr = False,
-                      ACT_ROWS: gl.constexpr = 0, OVERLAP: gl.constexpr = False):
+                      ACT_ROWS: gl.constexpr = 0, OVERLAP: gl.constexpr = False,
+                      GROUP_M: gl.constexpr = 1):
     """x_ptr: TMA descriptor of x [M, K] ([BLOCK_M, BLOCK_K] boxes); w_ptr / b_ptr / s_ptr:
     `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
     consumer; the second and the loader are warp_specialize's workers). GROUPED (MoE experts,
     moe_wgmma): the one-partition kernel's tile table and operands (x the rows in expert
     order; the descriptors span every expert, stride_we words an expert). PDL: as the
     one-partition kernel's: the loader issues the first ring's weight copies, then waits for
-    the activation QDQ before its first x copy (`_loader`)."""
+    the activation QDQ before its first x copy (`_loader`). GROUP_M: the programs' order over
+    the output tiles (wgmma_tiles.tile_ids: bands of M tiles sharing each weight tile in L2)."""
     gl.static_assert(not (PDL and GROUPED))
+    gl.static_assert(GROUP_M == 1 or not GROUPED)
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
     # BLOCK_M 256 (large M): 128 weight rows, consumer C the layout's block 2 * pid + C in its
     # own ring, both on every K tile and all 256 rows (the module docstring)
@@ -121,8 +125,9 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     # the program's first K tile in the weight's layout (fp4_words.ALIGN: a 64-row block holds
     # K padded to whole tiles of any BLOCK_K)
     block_tiles = layout_chunks(K) // (BLOCK_K // 128)  # K tiles a 64-row block
-    tile0 = gl.program_id(0) * (2 if WIDE else 1) * block_tiles
-    row0 = gl.program_id(1) * BLOCK_M
+    pid_n, pid_m = tile_ids(GROUP_M)
+    tile0 = pid_n * (2 if WIDE else 1) * block_tiles
+    row0 = pid_m * BLOCK_M
     rows_left = M - row0
     if GROUPED:  # the tile table as the one-partition kernel's (linear_wgmma); a slot past the
         e = gl.load(grp_ptr + gl.program_id(1))  # last tile runs no K tile and stores nothing
@@ -149,11 +154,11 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
         (_first_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
                            bias_ptr, out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0,
                            rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT, BLOCK_M,
-                           BLOCK_K, STAGES, FMT)),
+                           BLOCK_K, STAGES, FMT, GROUP_M)),
         (_second_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
                             bias_ptr, out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0,
                             rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT,
-                            BLOCK_M, BLOCK_K, STAGES, FMT)),
+                            BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M)),
         (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full, empty,
                    row0, tile0, block_tiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT, PDL)),
     ], [4, 1], [WREGS, LOADER_REGS])
@@ -243,7 +248,7 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
                     out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0, rows_left, N, stride_o,
                     k_lo, k_hi, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr,
                     SPLIT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
-                    STAGES: gl.constexpr, FMT: gl.constexpr):
+                    STAGES: gl.constexpr, FMT: gl.constexpr, GROUP_M: gl.constexpr = 1):
     """The default partition: the even tiles, then + the second consumer's sum, and the tile's
     output (bias / store / split-K, as the one-partition kernel); BLOCK_M 256: every tile, the
     first 64 weight rows' output."""
@@ -252,13 +257,13 @@ def _first_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_b
     if BLOCK_M == _WIDE_M:  # its own 64 weight rows: an output tile of its own (PART 0 of 2)
         finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
                     dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M,
-                    acc_layout(4, BLOCK_M), 2, 0)
+                    acc_layout(4, BLOCK_M), 2, 0, GROUP_M)
     else:
         MMA: gl.constexpr = acc_layout(4, BLOCK_M)
         mbarrier.wait(red_bar, 0)
         acc = acc + red_smem.load(MMA)
         finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
-                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M, MMA)
+                    dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M, MMA, 1, 0, GROUP_M)
 
 
 @gluon.jit
@@ -266,7 +271,7 @@ def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_
                      out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0, rows_left, N,
                      stride_o, k_lo, k_hi, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr,
                      SPLIT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
-                     STAGES: gl.constexpr, FMT: gl.constexpr):
+                     STAGES: gl.constexpr, FMT: gl.constexpr, GROUP_M: gl.constexpr = 1):
     """A worker partition: the odd tiles, its sum handed to the first consumer; BLOCK_M 256:
     every tile, the second 64 weight rows' output (PART 1 of 2)."""
     acc = _consume(1, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi, BLOCK_M, BLOCK_K,
@@ -274,7 +279,7 @@ def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_
     if BLOCK_M == _WIDE_M:
         finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
                     dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, 64, BLOCK_M,
-                    acc_layout(4, BLOCK_M), 2, 1)
+                    acc_layout(4, BLOCK_M), 2, 1, GROUP_M)
     else:
         red_smem.store(acc)
         cta_barrier()  # (this partition's 128 threads) every store in before the arrive

@@ -137,6 +137,10 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     if why:
         raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "
                          "rep 1, tma_x False, ws False), or none: the table's")
+    if cfg.overlap or cfg.group_m != 1:
+        raise ValueError(f"moe_wgmma: overlap={cfg.overlap} / group_m={cfg.group_m} are dense "
+                         "launches' (the experts' grid is a tile table): use overlap=False, "
+                         "group_m=1")
     if not layout_holds(cached, weight):
         raise ValueError(f"moe_wgmma: the {weight.fmt} experts' layout cannot hold this weight "
                          "(a finite scale byte past its range, or a code it has no place for: "

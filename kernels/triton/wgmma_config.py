@@ -47,6 +47,7 @@ class WgmmaConfig:
     tma_x: bool = False  # the x tile by one TMA copy (M >= 64: a 16-32 KB tile) not cp.async
     ws: bool = False  # warp-specialized (linear_wgmma_ws): a TMA loader warp, two consumers
     overlap: bool = False  # K tiles in pairs, each wgmma in flight under the next tile's decode
+    group_m: int = 1  # M tiles a band of programs walks N with (wgmma_tiles.tile_ids; 1: N first)
 
     @property
     def groups(self) -> int:
@@ -75,6 +76,11 @@ class WgmmaConfig:
                              "chunks of the one layout, fp4_words.ALIGN), "
                              f"stages={self.stages} (>= 2), split={self.split} (>= 1), "
                              f"max_tiles={self.max_tiles} (>= 0)")
+        if not 1 <= self.group_m <= 64 or (self.group_m > 1 and self.block_m != BLOCK_M_WIDE):
+            raise ValueError(f"WgmmaConfig: group_m={self.group_m} needs 1..64 and, past 1, "
+                             f"block_m={BLOCK_M_WIDE} (got {self.block_m}): M tiles a band of "
+                             "programs shares each weight tile with; a smaller tile runs one M "
+                             "tile a call, nothing to group")
         if self.warps not in (4, 8):
             raise ValueError(f"WgmmaConfig: warps={self.warps} is not 4 or 8 (one or two "
                              "warpgroups)")

@@ -84,19 +84,45 @@ def store_out(acc, out_ptr, orow, cols, row0, rows_left, N, stride_o, bias_ptr, 
 
 
 @gluon.jit
+def tile_ids(GROUP_M: gl.constexpr = 1):
+    """(weight tile, M tile) of this program, from its grid (N tiles, M tiles, K slices).
+    GROUP_M 1: the grid's own order (axis 0, N, fastest). GROUP_M > 1: programs in launch order
+    walk N in bands of GROUP_M M tiles, so the programs resident at once share each weight tile
+    (read from DRAM once a band, not once an M tile) and GROUP_M x tiles stay in L2. A bijection
+    of the grid: every (N tile, M tile) is one program's."""
+    if GROUP_M == 1:
+        pid_n = gl.program_id(0)
+        pid_m = gl.program_id(1)
+    else:
+        grid_n = gl.num_programs(0)
+        grid_m = gl.num_programs(1)
+        pid = gl.program_id(1) * grid_n + gl.program_id(0)  # launch order
+        band = pid // (GROUP_M * grid_n)
+        first_m = band * GROUP_M
+        rows = gl.minimum(grid_m - first_m, GROUP_M)  # M tiles in this band (the last: fewer)
+        within = pid - band * (GROUP_M * grid_n)
+        pid_m = first_m + within % rows
+        pid_n = within // rows
+    return pid_n, pid_m
+
+
+@gluon.jit
 def finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, bias_ptr,
                 dest_ptr, rw_ptr, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr,
                 SPLIT: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                MMA: gl.constexpr, PARTS: gl.constexpr = 1, PART: gl.constexpr = 0):
+                MMA: gl.constexpr, PARTS: gl.constexpr = 1, PART: gl.constexpr = 0,
+                GROUP_M: gl.constexpr = 1):
     """A program's accumulator [BLOCK_N, BLOCK_M] (layout MMA; grid (N tiles, M tiles, K
     slices)) to the output (`store_out`); with split-K the partial is parked and the last slice
     of the output tile to finish adds them up in slice order (deterministic; an atomic counter
     a tile, self-resetting; the partials in linear_mma.workspace). PARTS > 1: a program's
     weight rows are PARTS blocks of BLOCK_N, each finished by its own partition (PART: which;
-    the wide ws tile's consumers), each an output tile of its own."""
+    the wide ws tile's consumers), each an output tile of its own. GROUP_M: the program order
+    (`tile_ids`); the split-K slot of a tile is its grid position, whichever tile it holds."""
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-    orow = (gl.program_id(0) * PARTS + PART) * BLOCK_N + rows  # output features
+    pid_n, _ = tile_ids(GROUP_M)
+    orow = (pid_n * PARTS + PART) * BLOCK_N + rows  # output features
     if SPLIT > 1:
         tile = (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * PARTS + PART
         tile_elems = gl.num_programs(1) * gl.num_programs(0) * (PARTS * BLOCK_N * BLOCK_M)

@@ -22,12 +22,14 @@ def test_a_spec_is_its_config() -> None:
     assert ws.ws and ws.tma_x and tune_linear.wgmma_name(ws).endswith("s1 st4 w4 tma ws")
     ovl = tune_linear.forced_spec("8:256:2:4:4:0:1:1:0:0:1")
     assert ovl.overlap and tune_linear.wgmma_name(ovl).endswith("s2 st4 w4 ovl")
+    band = tune_linear.forced_spec("256:128:1:2:4:0:1:1:1:1:0:8")
+    assert band.group_m == 8 and tune_linear.wgmma_name(band).endswith("st2 w4 tma ws g8")
     assert [tune_linear.tile_of(m) for m in (1, 8, 9, 100, 128)] == [8, 8, 16, 128, 128]
 
 
-@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9:1:1:1"))
+@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9:1:1:1:1"))
 def test_a_malformed_spec_says_what_is_wanted(spec: str) -> None:
-    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 11 integers, "
+    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 12 integers, "
                                          r"block_m:block_k:split:stages:warps"):
         tune_linear.forced_spec(spec)
 
@@ -37,3 +39,6 @@ def test_a_spec_past_the_verified_tiles_gets_the_configs_error() -> None:
         tune_linear.forced_spec("48:128:2:3:4")
     with pytest.raises(ValueError, match=r"ws=True needs an even number of stages \(got 3\)"):
         tune_linear.forced_spec("128:128:1:3:4:0:1:1:1:1")
+    with pytest.raises(ValueError, match=r"group_m=4 needs 1..64 and, past 1, block_m=256 "
+                                         r"\(got 128\)"):
+        tune_linear.forced_spec("128:128:1:4:4:0:1:1:1:1:0:4")

@@ -86,6 +86,25 @@ def test_the_wide_tile_is_ws_only_and_gated(monkeypatch) -> None:
         small_moe_call(wide, monkeypatch)
 
 
+def test_the_program_order_is_the_wide_tiles_and_dense_only(monkeypatch) -> None:
+    """group_m (bands of M tiles walking N together, for L2): 1..64, past 1 the wide tile only
+    (a smaller tile runs one M tile a call); MoE experts (a tile table, not a grid of M tiles)
+    refuse it, and overlap, in one line rather than run without them."""
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    assert ws_config(block_m=256, stages=2, group_m=8).group_m == 8
+    for bad in (dict(block_m=256, stages=2, group_m=0), dict(block_m=256, stages=2, group_m=65),
+                dict(group_m=2)):
+        with pytest.raises(ValueError, match=r"group_m=\d+ needs 1..64 and, past 1, "
+                                             r"block_m=256 \(got \d+\): M tiles a band"):
+            ws_config(**bad)
+    for cfg in (ws_config(block_m=256, stages=2, group_m=4),
+                lw.WgmmaConfig(block_m=16, block_k=128, split=1, stages=3, overlap=True)):
+        monkeypatch.setattr(lw, "OVERLAP_VERIFIED", True)
+        with pytest.raises(ValueError, match=r"moe_wgmma: overlap=\w+ / group_m=\d+ are dense "
+                                             r"launches' \(the experts' grid is a tile table\)"):
+            small_moe_call(cfg, monkeypatch)
+
+
 def small_moe_call(cfg, monkeypatch) -> None:
     """Four tokens through two small mxfp4 experts with `cfg` (the launch's refusals)."""
     from kernels.triton import moe_wgmma
@@ -249,11 +268,11 @@ for c in json.loads(sys.stdin.read()):
     consts = dict(HAS_BIAS=c["HAS_BIAS"], SPLIT=c["SPLIT"], BLOCK_M=c["BLOCK_M"],
                   BLOCK_K=c["BLOCK_K"], STAGES=c["STAGES"], WARPS=4, K_TAIL=False,
                   GROUPED=c.get("GROUPED", False), FMT=c["FMT"], ACT=(), SUB_K=1, REP=1,
-                  X_TMA=True, PDL=False)
+                  X_TMA=True, PDL=False, GROUP_M=c.get("GROUP_M", 1))
     kern, sig, attrs = wgmma_signature(consts, ws=True)
     found.append(ptx_facts(kern, sig, consts, attrs, (
         r"wgmma\\.mma_async", r"m64n256k16", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
-        r"cp\\.async\\.cg", r"ld\\.local", r"st\\.local")))
+        r"cp\\.async\\.cg", r"ld\\.local", r"st\\.local", r"%nctaid\\.y")))
 print(json.dumps(found))
 """
 
@@ -274,7 +293,10 @@ COMPILE_CASES = [
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False, GROUPED=True),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=False, GROUPED=True),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=2, HAS_BIAS=True),
-    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=3, HAS_BIAS=False, GROUPED=True)]
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=3, HAS_BIAS=False, GROUPED=True),
+    # the programs in bands of M tiles (GROUP_M: wgmma_tiles.tile_ids)
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False, GROUP_M=8),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=2, HAS_BIAS=True, GROUP_M=4)]
 
 
 @pytest.fixture(scope="module")
@@ -305,6 +327,10 @@ def test_the_ws_kernel_compiles_for_sm90(index: int, compiled_cases: list) -> No
     assert {40, 232} <= set(found["setmaxnreg"])
     assert found[r"ld\.local"] == 0 and found[r"st\.local"] == 0
     assert found[r"st\.shared"] <= c["BLOCK_M"] // 4 + 8  # (a decoded tile: 8 more a 128 K)
+    # the grid's M extent is read by the banded order only (and a split tile's partials, an
+    # MoE tile table's size)
+    assert (found[r"%nctaid\.y"] > 0) == (c.get("GROUP_M", 1) > 1 or c["SPLIT"] > 1 or
+                                           c.get("GROUPED", False))
 
 
 # ------------------------------------------------------------------------------- GPU: the kernel
@@ -435,3 +461,31 @@ def test_wide_m_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> 
             assert close(got, reference_bf16(x, prepared, b)), case
             head = fused_linear(x[:128], prepared, b, strategy="wgmma", config=one)
             assert close(got[:128], head.float()), case
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp8_e4m3"))
+def test_banded_program_order_gives_the_same_bits(fmt: str, monkeypatch) -> None:
+    """group_m > 1 (the wide tile's programs in bands of M tiles, wgmma_tiles.tile_ids): bit for
+    bit the grid order's output, every output tile written once — 5 weight tiles x 2-5 M tiles,
+    bands of 2 / 3 / 8 (a last band part filled, one wider than the grid), split-K 2, bias,
+    zero / subnormal / Inf / NaN activations — and close to reference-emulation."""
+    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
+    gen = torch.Generator().manual_seed(len(fmt) + 512)
+    n, k = 600, 1024  # 640 padded rows: 5 programs along N
+    prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
+                              SchemeContract(weight=key(fmt), activation=None))
+    bias = torch.randn(n, generator=gen).cuda()
+    for m, split, group in ((1100, 1, 2), (1100, 1, 3), (700, 2, 2), (1100, 1, 8), (300, 1, 4)):
+        x = special_rows(m, k, gen)
+        grid = lw.WgmmaConfig(block_m=256, block_k=128, split=split, stages=2, tma_x=True,
+                              ws=True)
+        band = dataclasses.replace(grid, group_m=group)
+        for b in (None, bias):
+            want = fused_linear(x, prepared, b, strategy="wgmma", config=grid)
+            got = fused_linear(x, prepared, b, strategy="wgmma", config=band)
+            case = (fmt, m, split, group, b is not None)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), case
+            assert close(got, reference_bf16(x, prepared, b)), case
