@@ -79,32 +79,32 @@ def random_batch(minilm, lengths, seed: int):
 # --- statistics -------------------------------------------------------------------------------
 
 def test_spearman_with_ties_matches_hand_computation(tools):
-    _, acc = tools
+    import similarity_stats as st  # tools/, on the path through the fixture
     a, b = torch.tensor([1.0, 2.0, 2.0, 3.0]), torch.tensor([1.0, 3.0, 2.0, 4.0])
-    assert acc.average_ranks(a).tolist() == [1.0, 2.5, 2.5, 4.0]
-    assert acc.average_ranks(torch.tensor([5.0, 5.0, 5.0, 1.0])).tolist() == [3.0, 3.0, 3.0, 1.0]
+    assert st.average_ranks(a).tolist() == [1.0, 2.5, 2.5, 4.0]
+    assert st.average_ranks(torch.tensor([5.0, 5.0, 5.0, 1.0])).tolist() == [3.0, 3.0, 3.0, 1.0]
     # ranks a = [1, 2.5, 2.5, 4], b = [1, 3, 2, 4]; centred: [-1.5, 0, 0, 1.5], [-1.5, .5, -.5,
     # 1.5]; products sum 4.5; squares 4.5 and 5: rho = 4.5 / sqrt(22.5)
-    assert acc.spearman(a, b) == pytest.approx(4.5 / 22.5 ** 0.5, abs=1e-12)
+    assert st.spearman(a, b) == pytest.approx(4.5 / 22.5 ** 0.5, abs=1e-12)
     # monotone maps keep rho = 1 and reversals give -1, whatever the values
     x = torch.randn(50, generator=torch.Generator().manual_seed(3))
-    assert acc.spearman(x, x.exp()) == pytest.approx(1.0)
-    assert acc.spearman(x, -x ** 3) == pytest.approx(-1.0)
+    assert st.spearman(x, x.exp()) == pytest.approx(1.0)
+    assert st.spearman(x, -x ** 3) == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="constant"):
-        acc.spearman(torch.ones(4), b)
+        st.spearman(torch.ones(4), b)
     with pytest.raises(ValueError, match="NaN"):
-        acc.average_ranks(torch.tensor([1.0, float("nan")]))
+        st.average_ranks(torch.tensor([1.0, float("nan")]))
 
 
 def test_compare_and_upper_triangle(tools):
-    _, acc = tools
+    import similarity_stats as st  # tools/, on the path through the fixture
     m = torch.arange(9.0).view(3, 3)
-    assert acc.upper_triangle(m).tolist() == [1.0, 2.0, 5.0]
+    assert st.upper_triangle(m).tolist() == [1.0, 2.0, 5.0]
     g = torch.Generator().manual_seed(4)
     ref = torch.nn.functional.normalize(torch.randn(10, 16, generator=g), dim=-1)
-    same = acc.compare(ref, ref)
+    same = st.compare(ref, ref)
     assert same["mean_cos"] == pytest.approx(1.0) and same["spearman"] == pytest.approx(1.0)
-    noisy = acc.compare(ref, ref + 0.3 * torch.randn(10, 16, generator=g))
+    noisy = st.compare(ref, ref + 0.3 * torch.randn(10, 16, generator=g))
     assert noisy["min_cos"] <= noisy["mean_cos"] < 0.999
     assert noisy["spearman"] < 1.0
 
