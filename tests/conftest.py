@@ -22,3 +22,9 @@ if not torch.cuda.is_available():
 
 from support.device import DEVICE  # noqa: E402,F401 - re-exported (`from conftest import DEVICE`)
 from support.tools import load_tool  # noqa: E402,F401 - re-exported
+
+
+def pytest_configure(config) -> None:
+    # pytest-timeout (on the GPU image, where tools/gpu_check.sh sets a per-test limit) reads
+    # this marker; registered here too so that a run without the plugin does not warn on it
+    config.addinivalue_line("markers", "timeout(seconds): this test's own pytest-timeout limit")

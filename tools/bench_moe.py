@@ -28,7 +28,7 @@ from kernels.reference.moe import route  # noqa: E402
 from registry.machine.timing import graph_ms, median_ms  # noqa: E402
 from kernels.triton import linear_wgmma, moe_wgmma  # noqa: E402
 from gates import open_gates, setting  # noqa: E402
-from tune_linear import forced_spec, wgmma_name  # noqa: E402
+from sweep_variants import forced_spec, wgmma_name  # noqa: E402
 
 
 def bf16_moe(x, w, ids, weights):

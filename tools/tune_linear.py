@@ -36,6 +36,7 @@ from kernels.triton import linear_wgmma, wgmma_tiles  # noqa: E402
 from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, BLOCK_M_WIDE,  # noqa: E402
                                          WgmmaConfig)
 from gates import open_gates  # noqa: E402
+from sweep_variants import SPEC_FIELDS, forced_spec, interleaved, wgmma_name  # noqa: E402
 from registry.machine.timing import (  # noqa: E402
     _copies_needed, copy_bandwidth, graph_ms, median_ms)
 
@@ -194,33 +195,6 @@ def rep_configs(m: int) -> list[WgmmaConfig]:
     return grid[tile_of(m)]
 
 
-def forced_spec(spec: str) -> WgmmaConfig:
-    """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap[:group_m]]]]]]]
-    -> its WgmmaConfig."""
-    try:
-        v = [int(t) for t in spec.split(":")]
-    except ValueError:
-        v = []
-    if not 5 <= len(v) <= 12:
-        raise ValueError(f"wgmma spec {spec!r}: want 5 to 12 integers, "
-                         f"{SPEC_FIELDS}")
-    v += [0, 1, 1, 0, 0, 0, 1][len(v) - 5:]  # the optional fields' defaults
-    return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5], sub_k=v[6], rep=v[7],
-                       tma_x=bool(v[8]), ws=bool(v[9]), overlap=bool(v[10]), group_m=v[11])
-
-
-SPEC_FIELDS = ("block_m:block_k:split:stages:warps"
-               "[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap[:group_m]]]]]]]")
-
-
-def wgmma_name(c: WgmmaConfig) -> str:
-    return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
-            f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
-            f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}"
-            f"{' tma' if c.tma_x else ''}{' ws' if c.ws else ''}{' ovl' if c.overlap else ''}"
-            f"{f' g{c.group_m}' if c.group_m != 1 else ''}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -237,6 +211,9 @@ def main() -> None:
                     "(each M takes those whose block_m is its tile: the smallest >= M)")
     ap.add_argument("--eager", action="store_true",
                     help="also time each variant eager (host time included)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time the main sweep's variants this many times each, in rotated "
+                    "order, and keep each one's median (a fixed order favours the first)")
     ap.add_argument("--ms", help="comma-separated M values of the main sweep (default: "
                     + ",".join(map(str, MS)) + ")")
     ap.add_argument("--weights", default="mxfp4,mxfp4:mxfp4,mxfp8_e4m3:mxfp8_e4m3",
@@ -245,6 +222,8 @@ def main() -> None:
                     help="switch on these *_VERIFIED gates for the run (e.g. OVERLAP_VERIFIED: "
                     "the overlapped K loop's specs), every variant still checked first")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds must be 1 or more, got {args.rounds}")
     open_gates([g for g in args.open_gates.split(",") if g], ap)
     # parsed (and checked: WgmmaConfig's one-line errors) before any GPU work
     specs = [forced_spec(c) for c in args.wgmma_specs.split(",")] if args.wgmma_specs else []
@@ -270,6 +249,8 @@ def main() -> None:
         rows.append(row)
         err = "-" if res.get("err") is None else f"{res['err']:.1e}"
         eager = f"eager {res['eager_us']:.1f} us " if "eager_us" in res else ""
+        if "us_rounds" in res:  # median of the rounds: their range beside it
+            eager += f"rounds {min(res['us_rounds']):.1f}-{max(res['us_rounds']):.1f} us "
         print(f"[{time.time() - t0:6.0f}s] {case.name:28s} {case.n}x{case.k} M={m:<5d} "
               f"{variant:34s} {us or float('nan'):9.1f} us  bf16 {base:8.1f}  "
               f"x{(base / us) if us else float('nan'):5.2f}  {tbs or 0:5.2f} TB/s err {err} "
@@ -328,9 +309,9 @@ def main() -> None:
                         variants += [(f"fp8-mma {c.block_m}x{c.block_n} w{c.warps} "
                                       f"st{c.stages}", lambda x, p, c=c: fp8_mma_linear(
                                           x, p, config=c))]
-                for name, call in variants:
-                    emit(case, m, name, time_variant(case, x, call, want, dev, args.eager),
-                         base[m])
+                for name, res in interleaved(variants, args.rounds, lambda call: time_variant(
+                        case, x, call, want, dev, args.eager)):
+                    emit(case, m, name, res, base[m])
             del case
             torch.cuda.empty_cache()
     if "decode2" in parts:  # second round: split fp4 layout, 2-D accumulator, M up to 64

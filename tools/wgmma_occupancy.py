@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("TRITON_INTERPRET=1 is set: the compile needs the real backend (unset it)")
     from kernels.triton.linear_configs import TABLE, wgmma_family
     from kernels.triton.wgmma_config import FORMATS
-    from tune_linear import forced_spec, wgmma_name
+    from sweep_variants import forced_spec, wgmma_name
     if args.format not in FORMATS:
         p.error(f"--format {args.format!r}: one of {', '.join(FORMATS)}")
     family = wgmma_family(args.format)
