@@ -248,13 +248,13 @@ def main() -> None:
                    ratio=(base / us if us else None), tb_s=tbs, **res)
         rows.append(row)
         err = "-" if res.get("err") is None else f"{res['err']:.1e}"
-        eager = f"eager {res['eager_us']:.1f} us " if "eager_us" in res else ""
+        extra = f"eager {res['eager_us']:.1f} us " if "eager_us" in res else ""
         if "us_rounds" in res:  # median of the rounds: their range beside it
-            eager += f"rounds {min(res['us_rounds']):.1f}-{max(res['us_rounds']):.1f} us "
+            extra += f"rounds {min(res['us_rounds']):.1f}-{max(res['us_rounds']):.1f} us "
         print(f"[{time.time() - t0:6.0f}s] {case.name:28s} {case.n}x{case.k} M={m:<5d} "
               f"{variant:34s} {us or float('nan'):9.1f} us  bf16 {base:8.1f}  "
               f"x{(base / us) if us else float('nan'):5.2f}  {tbs or 0:5.2f} TB/s err {err} "
-              f"{eager}"
+              f"{extra}"
               f"{res.get('error', '')}", flush=True)
 
     shapes = SHAPES[:1] if args.quick else SHAPES
