@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+
 def average_ranks(x: Tensor) -> Tensor:
     """1-based ranks of a 1-D tensor; tied values share the mean of their ranks (float64)."""
     x = x.detach().double().flatten().cpu()

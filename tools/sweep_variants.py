@@ -47,18 +47,17 @@ def interleaved(variants: list[tuple[str, object]], rounds: int,
     Why: in one pass on an H100 (2026-12-07, benchmarks part 36) the table's own config, timed
     first, ran up to 12 % faster than the same config named and timed right after it (5 of 6
     cells), so a fixed order favours whichever variant goes first."""
-    got: dict[str, list[dict]] = {name: [] for name, _ in variants}
+    runs: list[list[dict]] = [[] for _ in variants]  # by position: two variants may share a name
     for r in range(rounds):
-        for name, call in variants[r % len(variants):] + variants[:r % len(variants)]:
-            got[name].append(time_one(call))
+        for i in [(r + j) % len(variants) for j in range(len(variants))]:
+            runs[i].append(time_one(variants[i][1]))
     out = []
-    for name, _ in variants:
-        runs = got[name]
-        bad = [res for res in runs if res.get("us") is None]
+    for (name, _), got in zip(variants, runs):
+        bad = [res for res in got if res.get("us") is None]
         if bad or rounds == 1:
-            out.append((name, (bad or runs)[0]))
+            out.append((name, (bad or got)[0]))
             continue
-        us = sorted(res["us"] for res in runs)
-        out.append((name, {**runs[0], "us": us[(len(us) - 1) // 2],
-                           "us_rounds": [res["us"] for res in runs]}))
+        us = sorted(res["us"] for res in got)
+        out.append((name, {**got[0], "us": us[(len(us) - 1) // 2],
+                           "us_rounds": [res["us"] for res in got]}))
     return out

@@ -1,12 +1,9 @@
 """tools/sweep_variants.py: the rotated timing order that takes a pass's order bias out."""
 from __future__ import annotations
 
-import sys
+from support.tools import load_tool
 
-from support.paths import TOOLS
-
-sys.path.insert(0, str(TOOLS))
-import sweep_variants  # noqa: E402
+sweep_variants = load_tool("sweep_variants")
 
 
 def order_biased_timer(true_us: dict[str, float], first_bonus: float):
@@ -41,8 +38,13 @@ def test_rotated_rounds_give_equal_configs_equal_medians():
     assert sorted(got["a"]["us_rounds"]) == [8.5, 10.0, 10.0]
 
 
+def test_variants_of_one_name_keep_their_own_times():
+    times = iter([{"us": 1.0}, {"us": 2.0}])
+    got = sweep_variants.interleaved([("x", 0), ("x", 1)], 1, lambda call: next(times))
+    assert got == [("x", {"us": 1.0}), ("x", {"us": 2.0})]
+
+
 def test_a_failed_round_is_reported_not_averaged_away():
     results = iter([{"us": 5.0}, {"us": None, "error": "RuntimeError: boom"}, {"us": 5.0}])
     got = sweep_variants.interleaved([("a", "a")], 3, lambda call: next(results))
     assert got == [("a", {"us": None, "error": "RuntimeError: boom"})]
-
