@@ -95,7 +95,7 @@ step pdl "${PDL_S:-150}" python3 tools/bench_pdl.py --compare pdl --ms "${PDL_MS
 # W4A4 moves nearer W4A16 here
 step qdq_rows "${QROWS_S:-200}" python3 tools/bench_pdl.py --compare qdq --ms 1,16,64,128,256 \
   --shapes "${PDL_SHAPES:-8192x8192,28672x8192,8192x28672}" --out "$OUT/qdq_rows.json"
-# K tiles in pairs, each wgmma in flight under the next tile's decode (linear_wgmma.OVERLAP_
+# K tiles in pairs, each wgmma in flight under the next tile's decode (wgmma_gates.OVERLAP_
 # VERIFIED, written 2026-12-05 without a GPU, part 34: ncu put M = 1's time in the decode's
 # dependent waits; offline SASS has no write to an in-flight wgmma's registers): the table's
 # M = 1 / 16 rows with one stage more and overlap beside them (bits checked against the

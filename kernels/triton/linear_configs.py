@@ -71,7 +71,7 @@ _WIDE_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=2, warps=8, ma
 # On N = 28672 (448 programs of 64 rows, one CTA an SM: 3.4 waves) the wide rows stay first.
 # M = 1 it loses (mxfp4 8x256 st6 17.9 against 16.5 us; 8x512 not yet measured); M = 16 / 32
 # with long K tiles (512 / 256) it wins on N = 8192 (the rows there). Passed over while
-# `linear_wgmma.WS_VERIFIED` is off (on since the whole-suite H200 run of 2026-12-03 17:21 UTC).
+# `wgmma_gates.WS_VERIFIED` is off (on since the whole-suite H200 run of 2026-12-03 17:21 UTC).
 # mxfp6 e3m2 / mxfp8 e4m3 at M = 1 / 16 / 32 (17:22-17:23 UTC, tools/gpu_sweeps.sh, part 15),
 # ws against the rows before, us:
 #   mxfp6 M = 16 16x256 st6 21.7 / 72.0 / 60.5 (23.5 / 66.8 / 67.2); M = 32 32x256 st6
@@ -85,7 +85,7 @@ _M32 = WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)
 _WS_16 = WgmmaConfig(block_m=16, block_k=256, split=1, stages=6, tma_x=True, ws=True)
 _WS_32 = WgmmaConfig(block_m=32, block_k=256, split=1, stages=6, tma_x=True, ws=True)
 # Large M (several 256-row M tiles a call: the wide ws tile, 128 weight rows a program, wgmma
-# N = 256; written 2026-12-03, gated by linear_wgmma.WIDE_M_VERIFIED: passed over until then).
+# N = 256; written 2026-12-03, gated by wgmma_gates.WIDE_M_VERIFIED: passed over until then).
 # Shared memory: mxfp4 3 stages (218 KiB), mxfp6 / mxfp8 2 (153 / 161 KiB; 3 are past 227).
 # Against dequant-gemm (dequantize, then cuBLAS), H200 2026-12-03 17:56 UTC (gpu_sweeps,
 # docs/benchmarks.md part 15), x bf16 on 8192^2 / 28672 x 8192 / 8192 x 28672:

@@ -33,7 +33,7 @@ from kernels.reference.linear import check_bias, check_input
 from kernels.triton.mx_codec import KIND_OF_DTYPE, store_fp32
 from kernels.triton.mx_tiles import act_tile, weight_tile
 from kernels.triton import (eager_path, fit, launcher, linear_configs, linear_decode, linear_gemv,
-                            linear_mma, linear_wgmma, mx_quant, qdq_plan)
+                            linear_mma, linear_wgmma, mx_quant, qdq_plan, wgmma_gates)
 from kernels.triton.wgmma_tiles import act_facts
 from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
@@ -104,7 +104,7 @@ def strategy_for(m: int, x_dtype: torch.dtype, out_dtype: torch.dtype, bias: Ten
     linear_configs.TABLE that matches (strategies in `skip` and rows still gated off passed
     over), else dequant-gemm (bf16 on a GPU) or tiled."""
     row = linear_configs.choose(linear_configs.weight_family(consts), m, not on_gpu, skip, n=n,
-                                k=k, passed_over=linear_wgmma.passed_over)
+                                k=k, passed_over=wgmma_gates.passed_over)
     if row is not None:
         return row.strategy, row.config
     if on_gpu and x_dtype == out_dtype == torch.bfloat16 and (
@@ -149,9 +149,9 @@ def _plan(x: Tensor, prepared: PreparedWeight, cached: dict, m: int, out_dtype: 
     family = linear_configs.weight_family(consts)
     if strategy == "wgmma":
         cfg = config or linear_configs.config_for("wgmma", family, m, _INTERPRETED, n=n, k=k,
-                                                  passed_over=linear_wgmma.passed_over)
+                                                  passed_over=wgmma_gates.passed_over)
         if table:
-            cfg = linear_wgmma.table_config(cfg)
+            cfg = wgmma_gates.table_config(cfg)
         rows = linear_configs.m_bucket(m)
         why = ("Gluon kernels do not run under TRITON_INTERPRET" if _INTERPRETED else
                linear_wgmma.unavailable(x.device, consts, k, x.dtype, out_dtype, cfg, rows))

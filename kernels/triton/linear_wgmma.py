@@ -34,7 +34,6 @@ against reference-emulation. GROUPED: MoE experts (moe_wgmma.py), one tile table
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 import torch
@@ -54,7 +53,7 @@ from kernels.triton.wgmma_config import (  # noqa: F401 (re-exported: the kernel
     wgmma_plan)
 from kernels.triton.wgmma_decode import (acc_layout, along, decode, halves, slot_operands,
                                          words_layout, x_copy_layout)
-from kernels.triton import wgmma_tiles
+from kernels.triton import wgmma_gates, wgmma_tiles
 from kernels.triton.wgmma_tiles import (X_SMEM, XDesc, copy_tile, copy_weight_tile, copy_x_tile,
                                         copyable_rows, cta_barrier, expert_rows, finish_tile,
                                         grid_wait, layout_chunks, qdq_rows, qdq_x_tile,
@@ -285,91 +284,12 @@ def _slot(xbar, s, X_TMA: gl.constexpr):
     return bar
 
 
-# Gates: a part written without a GPU runs once its GPU tests pass in a whole-suite run (the
-# runs, their commits and what each test covers: docs/verification.md; speeds: the table's rows).
-# K past whole tiles and mxfp6 weights (H200, 017ee6a, 2026-12-01).
-K_TAIL_VERIFIED = True
-FP6_VERIFIED = True
-# mxfp8 e4m3 weights (fp8_words' layout) (H200, 19d2a90, 2026-12-02).
-FP8_VERIFIED = True
-# mxint8 weights (int8_words' layout: sign-magnitude codes as bf16 subnormals) (H100, 365b4b8,
-# 2026-12-05 15:50 UTC: the whole suite with it on, test_wgmma_formats' 8-bit test and the ws
-# test among the 4091 passed; docs/verification.md).
-INT8_VERIFIED = True
-# Warps a program: 4 is one warpgroup (64 weight rows); 8, two sharing one x tile (half the x
-# re-reads: most of a program's copies at M >= 64) (H200, 19d2a90).
-WARPS_VERIFIED = (4, 8)
-# SUB_K 2: a K tile in halves, the second's decode under the first's wgmma (H200, 4c47c1e).
-SUB_K_VERIFIED = True
-# OVERLAP: K tiles in pairs, each wgmma in flight under the next tile's decode
-# (WgmmaConfig.overlap), written 2026-12-05 without a GPU after ncu put M = 1's time in the
-# decode's dependent waits (benchmarks parts 32 / 34; the SASS checked offline:
-# test_wgmma_compile); on once test_overlap_gives_the_same_bits passes in a whole-suite run.
-OVERLAP_VERIFIED = False
-# REP 2: two 64-row blocks a warpgroup sharing its x tile (H200, f744bf5, 2026-12-02).
-REP_VERIFIED = True
-# The x tile by TMA (WgmmaConfig.tma_x) (H200, 7bf79b8, 2026-12-03).
-TMA_X_VERIFIED = True
-# Warp-specialized (WgmmaConfig.ws, linear_wgmma_ws.py) (H200, b698ccb, 2026-12-03).
-WS_VERIFIED = True
-# block_m = BLOCK_M_WIDE: 256 activation rows and 128 weight rows a program (the ws kernel's
-# consumers on 64 weight rows each, wgmma N = 256) (H200, d7a3d67, 2026-12-03).
-WIDE_M_VERIFIED = True
-# The wide tile with split-K (M = 129-256 on N < 16384; each consumer's partial parked and
-# summed in slice order: wgmma_tiles.finish_tile) (H200, 0406a8b, 2026-12-03).
-WIDE_SPLIT_VERIFIED = True
-
-
-def table_config(cfg: object) -> object:
-    """A table row's config as it runs here: a row records the measured choice, and a part of
-    it still gated off (tma_x) runs as the same config without it (what ran before the part
-    was written); a caller's own config is refused instead (`unavailable`). Other configs (the
-    interpreter's stand-in) as they are."""
-    if isinstance(cfg, WgmmaConfig) and cfg.tma_x and not TMA_X_VERIFIED:
-        return dataclasses.replace(cfg, tma_x=False)
-    return cfg
-
-
-def passed_over(cfg: object) -> bool:
-    """Whether the table passes a row over (the next row that serves the layer runs): a
-    warp-specialized row while ws is gated off — the same config without ws is another kernel
-    with another speed, not what ran before (unlike tma_x: `table_config`); the wide tile's
-    rows (ws, and split-K) likewise. The gates are `gated`'s."""
-    return isinstance(cfg, WgmmaConfig) and cfg.ws and gated(cfg) is not None
-
-
-def gated(cfg: WgmmaConfig) -> Optional[str]:
-    """The part of a config still gated off (not yet verified on a GPU), said in words; None:
-    every part runs. One list for the dense (`unavailable`) and the MoE launches."""
-    if cfg.warps not in WARPS_VERIFIED:
-        return f"warps={cfg.warps} (two warpgroups): written, not yet verified on a GPU"
-    if cfg.sub_k != 1 and not SUB_K_VERIFIED:
-        return "sub_k=2 (K tiles in halves): written, not yet verified on a GPU"
-    if cfg.overlap and not OVERLAP_VERIFIED:
-        return "overlap (each wgmma in flight under the next K tile's decode): written, not " \
-            "yet verified on a GPU"
-    if cfg.rep != 1 and not REP_VERIFIED:
-        return "rep=2 (128 rows a warpgroup): written, not yet verified on a GPU"
-    if cfg.tma_x and not TMA_X_VERIFIED:
-        return "tma_x (the x tile by TMA): written, not yet verified on a GPU"
-    if cfg.ws and not WS_VERIFIED:
-        return "ws (warp-specialized: a TMA loader warp, two consumers): written, not yet " \
-            "verified on a GPU"
-    if cfg.block_m == BLOCK_M_WIDE and not WIDE_M_VERIFIED:
-        return f"block_m={BLOCK_M_WIDE} (large M, two consumers of 64 weight rows): written, " \
-            "not yet verified on a GPU"
-    if cfg.block_m == BLOCK_M_WIDE and cfg.split > 1 and not WIDE_SPLIT_VERIFIED:
-        return f"block_m={BLOCK_M_WIDE} with split-K (split={cfg.split}): written, not yet " \
-            "verified on a GPU"
-    return None
-
-
 def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype,
                 out_dtype: torch.dtype, cfg: WgmmaConfig, m: int = 1) -> Optional[str]:
     """Why the wgmma strategy cannot run a call of M rows (None: it can)."""
     if m > cfg.block_m and cfg.block_m != BLOCK_M_WIDE:  # (the wide tile: any number of them)
         return f"M={m} rows need one M tile (block_m={cfg.block_m})"
-    why = gated(cfg)
+    why = wgmma_gates.gated(cfg)
     if why:
         return why
     if cfg.fuse_act and consts.get("ACT_MODE") and not wgmma_tiles.ACT_VERIFIED:
@@ -377,14 +297,15 @@ def unavailable(device: torch.device, consts: dict, k: int, x_dtype: torch.dtype
     fmt = weight_format(consts)
     if fmt is None:
         return "packed mxfp4, mxfp6, mxfp8 e4m3 or mxint8 weights only"
-    if not {"mxfp6_e2m3": FP6_VERIFIED, "mxfp6_e3m2": FP6_VERIFIED,
-            "mxfp8_e4m3": FP8_VERIFIED, "mxint8": INT8_VERIFIED}.get(fmt, True):
+    g = wgmma_gates
+    if not {"mxfp6_e2m3": g.FP6_VERIFIED, "mxfp6_e3m2": g.FP6_VERIFIED,
+            "mxfp8_e4m3": g.FP8_VERIFIED, "mxint8": g.INT8_VERIFIED}.get(fmt, True):
         return f"{fmt} weights: written, not yet verified on a GPU"
     if x_dtype != torch.bfloat16 or out_dtype != torch.bfloat16:
         return "bf16 x and output only"
     if k % 32:
         return f"K={k} is not whole 32-element blocks"
-    if k % cfg.block_k and not K_TAIL_VERIFIED:
+    if k % cfg.block_k and not wgmma_gates.K_TAIL_VERIFIED:
         return (f"K={k} is not a multiple of the K tile {cfg.block_k} (K tails: written, not yet "
                 "verified on a GPU)")
     if device.type != "cuda" or torch.version.hip is not None:
@@ -406,7 +327,8 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
     m = x2d.shape[0]
     cfg = plan.cfg
     tiles = -(-m // cfg.block_m)
-    direct = bias is None and out.stride(0) == plan.n and (tiles == 1 or TILES_BOUND_VERIFIED)
+    direct = bias is None and out.stride(0) == plan.n and \
+        (tiles == 1 or wgmma_gates.TILES_BOUND_VERIFIED)
     if direct:
         stream = stream if stream is not None else launcher.current_stream(plan.device)
         bound = plan.fast.get((stream, tiles))
@@ -439,22 +361,12 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
         plan.fast[(stream, tiles)] = launcher.Bound(compiled, grid, args, _PER_CALL)
 
 
-# Bounds a plan keeps ((stream, M tiles) pairs: a decode step's M is one tile, prefill's vary)
+# Bounds a plan keeps ((stream, M tiles) pairs: a decode step's M is one tile, prefill's vary;
+# past one M tile only once wgmma_gates.TILES_BOUND_VERIFIED)
 FAST_BOUNDS = 64
-# Bounds past one M tile (a grid of several; the eager path at prefill's M): the same Bound as
-# one tile's with another grid. Why: at M = 1024 eager ran 12-35 us past graph on the H200's
-# wide ws rows, and the general path has Triton encode the plan's four TMA descriptors
-# (cuTensorMapEncodeTiled) on every call, which a Bound does once. Written 2026-12-03 without a
-# GPU; on since 2026-12-05: test_bound_launches_give_the_general_paths_bits (M = 200..600)
-# passed in whole-suite runs on an H100, where eager at M = 256 / 1024 ran within 0-4 us of
-# graph with the gate on or off (a fast host: the H200's gap is not yet re-measured).
-TILES_BOUND_VERIFIED = True
-
-
 # run_wgmma's per-call arguments of the kernel: x, out, M, x's and out's row strides
 _PER_CALL = (0, 5, 11, 16, 17)
 
 
 __all__ = ["BLOCK_M_VERIFIED", "FORMATS", "WgmmaConfig", "WgmmaPlan", "copyable_rows",
-           "gated", "passed_over", "run_wgmma", "table_config", "unavailable", "weight_format",
-           "wgmma_plan"]
+           "run_wgmma", "unavailable", "weight_format", "wgmma_plan"]

@@ -20,7 +20,7 @@ At M = 128 ncu put 25 % of the samples on the loop top (copies, barriers), 23 % 
   which adds it (even tiles + odd tiles: a fixed order, deterministic) and finishes the tile as
   the one-partition kernel does (wgmma_tiles.finish_tile: bias, bf16 store, or split-K);
 - BLOCK_M 256 (large M, several M tiles a call; `wgmma_config.BLOCK_M_WIDE`, gated by
-  linear_wgmma.WIDE_M_VERIFIED): 128 weight rows a program, 64 a consumer (two blocks of the
+  wgmma_gates.WIDE_M_VERIFIED): 128 weight rows a program, 64 a consumer (two blocks of the
   layout, each in its own ring), both consumers on every K tile and on all 256 activation rows
   of the one x tile (wgmma N = 256), each storing its own 64 output features. Against 64 rows
   a program (tried first: both consumers decoding the same tile, 128 activation rows each —
@@ -33,7 +33,7 @@ The kernel takes the one-partition kernel's parameters (so run_wgmma and its `la
 and moe_wgmma's launch, serve both): the weight operands are TMA descriptors
 (`ws_descriptors`), x a descriptor as with `tma_x`; GROUPED runs MoE experts off the same tile
 table; the parts it has no use for (fused QDQ, K halves, rep, two warpgroups) must be off
-(`WgmmaConfig` refuses them with ws). Gated (`linear_wgmma.WS_VERIFIED`) until its GPU tests
+(`WgmmaConfig` refuses them with ws). Gated (`wgmma_gates.WS_VERIFIED`) until its GPU tests
 passed in a whole-suite run; CPU CI compiles it for sm_90a (the copies, the bytes each slot
 expects, setmaxnreg, no spills) and checks the descriptors and the launches.
 """

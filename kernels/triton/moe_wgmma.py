@@ -1,6 +1,6 @@
 """MoE experts on sm_90 through the Gluon wgmma kernel (linear_wgmma's kernel, GROUPED).
 
-Packed mxfp4 experts, mxfp6 ones (fp6_words' layout) once `linear_wgmma.FP6_VERIFIED`, and
+Packed mxfp4 experts, mxfp6 ones (fp6_words' layout) once `wgmma_gates.FP6_VERIFIED`, and
 8-bit ones (mxfp8 e4m3 / mxint8: fp8_words' / int8_words' layouts) once `EIGHT_BIT_VERIFIED`;
 one warpgroup a program (64 weight rows), or two (`WgmmaConfig.warps = 8`, or the wide ws
 tile's two consumers at block_m 256: 128 rows; an expert's N is padded to whole 128 rows).
@@ -36,7 +36,7 @@ from kernels.reference.packing import unpack_codes
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
 from kernels.spec.contract import QuantKey
 from kernels.spec.formats import get_format
-from kernels.triton import launcher, linear_configs, linear_wgmma, qdq_plan
+from kernels.triton import launcher, linear_configs, linear_wgmma, qdq_plan, wgmma_gates
 from kernels.triton.fit import k_slices
 from kernels.triton.fp4_words import ALIGN
 from kernels.triton.linear_decode import checked_once
@@ -62,9 +62,9 @@ def unavailable(x: Tensor, weight: MXTensor, activation: QuantKey | None) -> Opt
     """Why the wgmma path cannot run this call (None: it can)."""
     if weight.fmt not in EXPERT_FORMATS or (weight.fmt == "mxfp4" and weight.layout != "packed"):
         return "packed mxfp4, mxfp6, mxfp8 e4m3 or mxint8 expert weights only"
-    if not {"mxfp4": True, "mxfp8_e4m3": EIGHT_BIT_VERIFIED and linear_wgmma.FP8_VERIFIED,
-            "mxint8": EIGHT_BIT_VERIFIED and linear_wgmma.INT8_VERIFIED}.get(
-                weight.fmt, linear_wgmma.FP6_VERIFIED):
+    if not {"mxfp4": True, "mxfp8_e4m3": EIGHT_BIT_VERIFIED and wgmma_gates.FP8_VERIFIED,
+            "mxint8": EIGHT_BIT_VERIFIED and wgmma_gates.INT8_VERIFIED}.get(
+                weight.fmt, wgmma_gates.FP6_VERIFIED):
         return f"{weight.fmt} experts: written, not yet verified on a GPU"
     if x.dtype != torch.bfloat16:
         return "bf16 tokens only"
@@ -132,8 +132,8 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     num_experts, n, _ = weight.shape
     top_k = topk_ids.shape[1]
     rows = tokens * top_k
-    cfg = cfg or linear_wgmma.table_config(config_for(rows, num_experts, weight.fmt, n, k))
-    why = linear_wgmma.gated(cfg)
+    cfg = cfg or wgmma_gates.table_config(config_for(rows, num_experts, weight.fmt, n, k))
+    why = wgmma_gates.gated(cfg)
     if why:
         raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "
                          "rep 1, tma_x False, ws False), or none: the table's")

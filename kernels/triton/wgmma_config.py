@@ -28,7 +28,7 @@ from kernels.triton.linear_mma import _LOCK_TILES
 BLOCK_M_VERIFIED = (8, 16, 32, 64, 128)
 # Large M (several M tiles a call): 256 activation rows and 128 weight rows a program, the ws
 # kernel's two consumers on 64 weight rows each (linear_wgmma_ws); gated by
-# linear_wgmma.WIDE_M_VERIFIED.
+# wgmma_gates.WIDE_M_VERIFIED.
 BLOCK_M_WIDE = 256
 
 

@@ -13,7 +13,7 @@ from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import launcher as launcher_mod
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
-from kernels.triton import mx_quant, qdq_plan
+from kernels.triton import mx_quant, qdq_plan, wgmma_gates
 from kernels.triton.linear_emulation import fused_linear
 from kernels.triton.wgmma_tiles import XDesc
 from support.mx_weights import fp4_weight
@@ -82,11 +82,11 @@ def test_a_seen_input_shape_launches_the_plans_bound_with_the_general_arguments(
     launches = len(bound)
     # past one M tile (prefill): with the gate off, the general path each call; with it on
     # (the default since 2026-12-05), a Bound of its own grid, and the eager path too
-    monkeypatch.setattr(lw, "TILES_BOUND_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "TILES_BOUND_VERIFIED", False)
     fused_linear(torch.randn(17, k, generator=gen).to(torch.bfloat16), prepared)
     fused_linear(torch.randn(17, k, generator=gen).to(torch.bfloat16), prepared)
     assert len(runs) == 7 and len(bound) == launches, "gated: each call the general path"
-    monkeypatch.setattr(lw, "TILES_BOUND_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "TILES_BOUND_VERIFIED", True)
     long = [torch.randn(17, k, generator=gen).to(torch.bfloat16) for _ in range(2)]
     fused_linear(long[0], prepared)
     assert len(runs) == 8 and general[-1][2][1] == 2, "the general path: 2 M tiles"
@@ -105,7 +105,7 @@ def test_a_plan_keeps_a_few_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = lw.WgmmaConfig(block_m=16, block_k=128, split=1, stages=4)
     general, bound = record_launches(monkeypatch, cfg)
     monkeypatch.setattr(lw, "FAST_BOUNDS", 2)
-    monkeypatch.setattr(lw, "TILES_BOUND_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "TILES_BOUND_VERIFIED", True)
     gen = torch.Generator().manual_seed(6)
     k = 256
     prepared = KERNEL.prepare(fp4_weight(64, k, gen), SchemeContract(weight=key("mxfp4"),

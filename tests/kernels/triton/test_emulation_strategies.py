@@ -153,10 +153,10 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     shape; past it, dequant-gemm for bf16 on a GPU, else tiled. (The rows below with the
     warp-specialized rows passed over, as while they are gated; with them: at the end.)"""
     from kernels.triton import linear_configs as lc
-    from kernels.triton import linear_wgmma as lw
+    from kernels.triton import wgmma_gates
 
-    monkeypatch.setattr(lw, "WS_VERIFIED", False)
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", False)
 
     bf, f16 = torch.bfloat16, torch.float16
     fp4 = {"W_PACK": 1, "W_BITS": 4, "W_IS_INT": False}
@@ -227,14 +227,14 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     # with the ws rows on: M = 64 takes a ws row (no split-K: the two consumers overlap decode
     # and wgmma) on narrow layers, and on wide ones for the "other" family (mxfp6: measured
     # faster there too); mxfp4 / mxfp8 keep the two-warpgroup row on wide layers
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
     for family, wide_ws in ((fp4, False), (fp8, False), (int8, False), (fp6, True)):
         wide = le.strategy_for(64, bf, bf, None, True, family, n=28672, k=8192)[1]
         narrow = le.strategy_for(64, bf, bf, None, True, family, n=8192, k=8192)[1]
         assert (wide.ws, wide.warps, narrow.ws, narrow.split) == \
             (wide_ws, 4 if wide_ws else 8, True, 1), family
     # ... and past M = 128 the wide ws tile (256 rows a program; dequant-gemm while it is gated)
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
     for family, stages in ((fp4, 3), (fp8, 2), (int8, 2), (fp6, 2)):
         for m in (129, 4096):
             strategy, cfg = le.strategy_for(m, bf, bf, None, True, family, n=8192, k=8192)
@@ -243,16 +243,16 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
                                k=8192)[0] == "dequant-gemm"
     assert le.strategy_for(128, bf, bf, None, True, fp4, n=8192, k=8192)[1].block_m == 128
     # ... with split-K 2 up to M = 256 on N < 16384, once its own gate is open
-    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_SPLIT_VERIFIED", True)
     for family in (fp4, fp8, int8, fp6):
         for m, n, split in ((129, 8192, 2), (256, 8192, 2), (257, 8192, 1), (512, 8192, 1),
                             (200, 28672, 1)):
             cfg = le.strategy_for(m, bf, bf, None, True, family, n=n, k=8192)[1]
             assert (cfg.block_m, cfg.split) == (256, split), (family, m, n)
-    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "WIDE_SPLIT_VERIFIED", False)
     assert le.strategy_for(300, bf, bf, None, True, fp4, n=8192, k=8192)[1].split == 1
-    monkeypatch.setattr(lw, "WS_VERIFIED", False)
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", False)
     assert [lc.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 65, 128, 129)] == \
         [1, 16, 16, 32, 32, 64, 64, 128, 128, 256]
     assert [lc.m_bucket(m) for m in (256, 257, 512, 513)] == [256, 512, 512, 1 << 30]

@@ -17,6 +17,7 @@ from kernels.triton import launcher as launcher_mod
 from kernels.triton import linear_configs
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
+from kernels.triton import wgmma_gates
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16
 from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight
@@ -188,7 +189,7 @@ def test_bound_launches_give_the_general_paths_bits(fmt: str, monkeypatch) -> No
     gives, for the table's rows at every M bucket (several M tiles a Bound past 128), W*A16
     and W*A*, on the default and a side stream. (Run with Bounds past one M tile switched on:
     this test is what switches them on, `TILES_BOUND_VERIFIED`.)"""
-    monkeypatch.setattr(lw, "TILES_BOUND_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "TILES_BOUND_VERIFIED", True)
     gen = torch.Generator().manual_seed(len(fmt) + 1)
     n, k = 200, 1024
     w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
@@ -247,7 +248,7 @@ def test_k_past_whole_tiles_runs_on_wgmma(k: int, monkeypatch: pytest.MonkeyPatc
     """gpt-oss's K = 2880 (11.25 tiles of 256): the layout pads K with zeros and the kernel
     zero-fills x past K; NaN / Inf in the last real block still reach the output. (Run with K
     tails switched on: this test is what switches them on, `K_TAIL_VERIFIED`.)"""
-    monkeypatch.setattr(lw, "K_TAIL_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "K_TAIL_VERIFIED", True)
     gen = torch.Generator().manual_seed(k)
     w = fp4_weight(136, k, gen).to("cuda")
     prepared = KERNEL.prepare(w, SchemeContract(weight=key("mxfp4"), activation=None))

@@ -19,6 +19,7 @@ from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import fp4_words as fw
 from kernels.triton import linear_wgmma as lw
 from kernels.triton import linear_wgmma_ws as ws
+from kernels.triton import wgmma_gates
 from kernels.triton.fp6_words import wgmma_layout_fp6
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16, special_rows
@@ -61,26 +62,26 @@ def test_the_wide_tile_is_ws_only_and_gated(monkeypatch) -> None:
                                          r"kernel only \(got ws=False\)"):
         lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2)
     split = ws_config(block_m=256, stages=3, split=2)
-    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", False)
-    assert lw.gated(split) == ("block_m=256 with split-K (split=2): written, not yet verified "
-                               "on a GPU") and lw.passed_over(split)
-    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
-    assert lw.gated(split) is None and not lw.passed_over(split)
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "WIDE_SPLIT_VERIFIED", False)
+    assert wgmma_gates.gated(split) == ("block_m=256 with split-K (split=2): written, not yet "
+                                        "verified on a GPU") and wgmma_gates.passed_over(split)
+    monkeypatch.setattr(wgmma_gates, "WIDE_SPLIT_VERIFIED", True)
+    assert wgmma_gates.gated(split) is None and not wgmma_gates.passed_over(split)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", False)
     reason = ("block_m=256 (large M, two consumers of 64 weight rows): written, not yet "
               "verified on a GPU")
-    assert lw.gated(wide) == reason and lw.passed_over(wide)
+    assert wgmma_gates.gated(wide) == reason and wgmma_gates.passed_over(wide)
     bf, fp4 = torch.bfloat16, {"W_PACK": 1, "W_BITS": 4, "W_SAT": False}
     assert lw.unavailable(torch.device("cpu"), fp4, 1024, bf, bf, wide, m=1 << 30) == reason
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
-    assert lw.gated(wide) is None and not lw.passed_over(wide)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
+    assert wgmma_gates.gated(wide) is None and not wgmma_gates.passed_over(wide)
     # past the one-M-tile rule (the next check is the device's)
     assert lw.unavailable(torch.device("cpu"), fp4, 1024, bf, bf, wide, m=1 << 30) == \
         "needs an NVIDIA GPU"
     assert lw.unavailable(torch.device("cpu"), fp4, 1024, bf, bf, ws_config(block_m=128),
                           m=1 << 30) == "M=1073741824 rows need one M tile (block_m=128)"
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", False)  # MoE experts: the same gate
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", False)  # MoE experts: the same gate
     with pytest.raises(ValueError, match=r"moe_wgmma: block_m=256 \(large M, two consumers of 64 "
                                          r"weight rows\): written, not yet verified on a GPU"):
         small_moe_call(wide, monkeypatch)
@@ -90,7 +91,7 @@ def test_the_program_order_is_the_wide_tiles_and_dense_only(monkeypatch) -> None
     """group_m (bands of M tiles walking N together, for L2): 1..64, past 1 the wide tile only
     (a smaller tile runs one M tile a call); MoE experts (a tile table, not a grid of M tiles)
     refuse it, and overlap, in one line rather than run without them."""
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
     assert ws_config(block_m=256, stages=2, group_m=8).group_m == 8
     for bad in (dict(block_m=256, stages=2, group_m=0), dict(block_m=256, stages=2, group_m=65),
                 dict(group_m=2)):
@@ -99,7 +100,7 @@ def test_the_program_order_is_the_wide_tiles_and_dense_only(monkeypatch) -> None
             ws_config(**bad)
     for cfg in (ws_config(block_m=256, stages=2, group_m=4),
                 lw.WgmmaConfig(block_m=16, block_k=128, split=1, stages=3, overlap=True)):
-        monkeypatch.setattr(lw, "OVERLAP_VERIFIED", True)
+        monkeypatch.setattr(wgmma_gates, "OVERLAP_VERIFIED", True)
         with pytest.raises(ValueError, match=r"moe_wgmma: overlap=\w+ / group_m=\d+ are dense "
                                              r"launches' \(the experts' grid is a tile table\)"):
             small_moe_call(cfg, monkeypatch)
@@ -122,10 +123,10 @@ def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> 
     reason; MoE experts never take a ws row (dense only)."""
     from kernels.triton import linear_configs as lc
 
-    monkeypatch.setattr(lw, "WS_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", False)
     cfg = ws_config()
-    assert lw.passed_over(cfg) and lw.table_config(cfg) == cfg
-    assert lw.gated(cfg) == ("ws (warp-specialized: a TMA loader warp, two consumers): "
+    assert wgmma_gates.passed_over(cfg) and wgmma_gates.table_config(cfg) == cfg
+    assert wgmma_gates.gated(cfg) == ("ws (warp-specialized: a TMA loader warp, two consumers): "
                              "written, not yet verified on a GPU")
     with pytest.raises(ValueError, match=r"moe_wgmma: ws \(warp-specialized: a TMA loader warp, "
                                          r"two consumers\): written, not yet verified on a GPU; "
@@ -135,18 +136,19 @@ def test_a_gated_ws_row_is_passed_over_and_a_callers_is_refused(monkeypatch) -> 
     assert ws_rows
     for row in ws_rows:
         m, n = row.m_max, max(row.n_min, 8192)
-        off = lc.choose(row.family, m, False, n=n, k=8192, passed_over=lw.passed_over)
+        off = lc.choose(row.family, m, False, n=n, k=8192, passed_over=wgmma_gates.passed_over)
         if m > 128:  # the wide tile's rows: nothing past them (dequant-gemm runs)
             assert off is None, row
             continue
         assert not off.config.ws and off.strategy == "wgmma", row
         assert not lc.config_for("wgmma", row.family, m, False, n=n, k=8192,
                                  experts=True).ws
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
-    assert not lw.passed_over(cfg) and lw.gated(cfg) is None
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
+    assert not wgmma_gates.passed_over(cfg) and wgmma_gates.gated(cfg) is None
     for row in ws_rows:
-        on = lc.choose(row.family, row.m_max, False, n=8192, k=8192, passed_over=lw.passed_over)
+        on = lc.choose(row.family, row.m_max, False, n=8192, k=8192,
+                       passed_over=wgmma_gates.passed_over)
         assert on.config.ws, row  # the rows serve N = 8192 (no wide-layer class)
 
 
@@ -196,7 +198,7 @@ def test_a_ws_plan_launches_the_ws_kernel_with_descriptors(monkeypatch) -> None:
 
     assert ws._ws_linear_kernel.arg_names == lw._wgmma_linear_kernel.arg_names  # one launch path
     cfg = ws_config(split=2)
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
     general, bound = record_launches(monkeypatch, cfg)
     gen = torch.Generator().manual_seed(5)
     n, k = 200, 1024
@@ -239,9 +241,9 @@ def test_the_wide_tiles_split_k_counts_a_lock_a_consumer(monkeypatch) -> None:
 
     cfg = ws_config(block_m=256, stages=3, split=2)
     assert cfg.parts == 2 and ws_config().parts == 1
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
-    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_SPLIT_VERIFIED", True)
     general, _ = record_launches(monkeypatch, cfg)
     gen = torch.Generator().manual_seed(8)
     n, k = 512, 1024
@@ -360,8 +362,8 @@ def test_warp_specialized_matches_the_reference(n: int, k: int, fmt: str, monkey
     slices of one tile (the second consumer sums nothing), 2..6 stages, bias, specials.
     (Odd stages are refused: a slot shared by both consumers let one pass a parity wait a
     phase early: an unspecified launch failure on the H200, 2026-12-03.)"""
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    monkeypatch.setattr(lw, "INT8_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "INT8_VERIFIED", True)
     gen = torch.Generator().manual_seed(n + k + len(fmt))
     prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
                               SchemeContract(weight=key(fmt), activation=None))
@@ -398,7 +400,7 @@ def test_bound_calls_with_descriptors_give_the_general_path_s_bits(use_ws: bool,
 
     from kernels.triton import linear_emulation as le
 
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
     cfg = ws_config(block_m=16, block_k=128) if use_ws else lw.WgmmaConfig(
         block_m=64, block_k=128, split=2, stages=3, tma_x=True)
     monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", cfg))
@@ -439,13 +441,13 @@ def test_wide_m_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> 
     first 128 rows close to the one-partition kernel's on them. (Run with the wide tile and its
     split-K switched on: this test is what switches them on, `WIDE_M_VERIFIED`,
     `WIDE_SPLIT_VERIFIED`.)"""
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
     gen = torch.Generator().manual_seed(n + k + len(fmt) + 256)
     prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
                               SchemeContract(weight=key(fmt), activation=None))
     bias = torch.randn(n, generator=gen).cuda()
-    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_SPLIT_VERIFIED", True)
     deep = 3 if fmt == "mxfp4" else 2
     for m, stages, split in ((129, 2, 1), (300, deep, 1), (1000, 2, 1), (256, deep, 1),
                              (129, deep, 2), (500, 2, 3)):
@@ -470,9 +472,9 @@ def test_banded_program_order_gives_the_same_bits(fmt: str, monkeypatch) -> None
     bit the grid order's output, every output tile written once — 5 weight tiles x 2-5 M tiles,
     bands of 2 / 3 / 8 (a last band part filled, one wider than the grid), split-K 2, bias,
     zero / subnormal / Inf / NaN activations — and close to reference-emulation."""
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
-    monkeypatch.setattr(lw, "WIDE_M_VERIFIED", True)
-    monkeypatch.setattr(lw, "WIDE_SPLIT_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_SPLIT_VERIFIED", True)
     gen = torch.Generator().manual_seed(len(fmt) + 512)
     n, k = 600, 1024  # 640 padded rows: 5 programs along N
     prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),

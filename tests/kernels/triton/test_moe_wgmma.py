@@ -21,7 +21,7 @@ from kernels.select.activation_keys import FP8_STATIC_TENSOR_KEY
 from kernels.spec.contract import QuantKey
 from kernels.spec.formats import FORMATS
 from kernels.triton import fp4_words as fw
-from kernels.triton import linear_configs, linear_wgmma, moe_grouped, moe_wgmma
+from kernels.triton import linear_configs, linear_wgmma, moe_grouped, moe_wgmma, wgmma_gates
 from support.mx_weights import e4m3_weight, int8_weight
 
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -227,12 +227,12 @@ def test_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
             f"{fmt} experts: written, not yet verified on a GPU")
     six = experts6("mxfp6_e3m2", 2, 64, 256, "packed", torch.Generator().manual_seed(2))
     assert moe_wgmma.unavailable(x, six, None) == (
-        "needs an NVIDIA GPU" if linear_wgmma.FP6_VERIFIED else
+        "needs an NVIDIA GPU" if wgmma_gates.FP6_VERIFIED else
         "mxfp6_e3m2 experts: written, not yet verified on a GPU")
     assert moe_wgmma.unavailable(x, w, A_MXFP4) == "needs an NVIDIA GPU"
     two = linear_wgmma.WgmmaConfig(block_m=64, block_k=128, split=1, stages=3, warps=8)
     ids = torch.zeros(3, 1, dtype=torch.int64)
-    monkeypatch.setattr(linear_wgmma, "WARPS_VERIFIED", (4,))  # the gate, where it is shut
+    monkeypatch.setattr(wgmma_gates, "WARPS_VERIFIED", (4,))  # the gate, where it is shut
     with pytest.raises(ValueError, match=r"warps=8 \(two warpgroups\): written, not yet verified"):
         moe_wgmma.grouped_experts_wgmma(x, w, None, ids, ids.float(), torch.bfloat16, {}, two)
 
@@ -323,7 +323,7 @@ def test_captured_in_a_cuda_graph_and_taken_by_the_triton_entry(monkeypatch) -> 
 def test_fp6_experts_match_the_reference(fmt: str, layout: str, monkeypatch) -> None:
     """mxfp6 experts (W6A16 and W6A6) through the kernel's FMT 1 / 2. (Run with mxfp6 switched
     on: with test_wgmma_formats' fp6 test, what switches it on: `FP6_VERIFIED`.)"""
-    monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "FP6_VERIFIED", True)
     act6 = QuantKey.mx(fmt, rounding="even", static=False)
     for e, n, k, top_k, tokens in ((8, 256, 512, 2, 1), (8, 136, 2880, 2, 40),
                                    (4, 64, 1024, 2, 300)):
@@ -390,10 +390,10 @@ def test_two_warpgroup_experts_match_the_reference(fmt: str, monkeypatch) -> Non
     block_m 64 / 128, split 1 / 2, N tails (200: a tile and a half an expert), K tails, one
     expert taking every token (many M tiles), NaN blocks; two calls bit-identical. (Run with
     warps 8 switched on: with test_wgmma_formats', what switches it on: `WARPS_VERIFIED`.)"""
-    monkeypatch.setattr(linear_wgmma, "WARPS_VERIFIED", (4, 8))
-    monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
-    monkeypatch.setattr(linear_wgmma, "SUB_K_VERIFIED", True)  # (and K halves: sub_k 2,
-    monkeypatch.setattr(linear_wgmma, "REP_VERIFIED", True)  # 128 rows a warpgroup: rep 2)
+    monkeypatch.setattr(wgmma_gates, "WARPS_VERIFIED", (4, 8))
+    monkeypatch.setattr(wgmma_gates, "FP6_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "SUB_K_VERIFIED", True)  # (and K halves: sub_k 2,
+    monkeypatch.setattr(wgmma_gates, "REP_VERIFIED", True)  # 128 rows a warpgroup: rep 2)
     for x, w, ids, rw, a, want in many_tile_cases(fmt):
         for block_m, split, sub_k, warps, rep in ((64, 2, 1, 8, 1), (128, 1, 1, 8, 1),
                                                   (128, 2, 2, 8, 1), (128, 2, 1, 4, 2),
@@ -422,8 +422,8 @@ def test_x_by_tma_experts_match_the_reference(fmt: str, monkeypatch) -> None:
     bit for bit the cp.async kernel's output, close to the reference; W*A16 and W*A*, block_m
     16 / 64 / 128, split 1 / 2, one and two warpgroups, rep 2 (the experts row), K tails, NaN
     blocks. (With test_wgmma_formats', what switches it on: `TMA_X_VERIFIED`.)"""
-    monkeypatch.setattr(linear_wgmma, "TMA_X_VERIFIED", True)
-    monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "TMA_X_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "FP6_VERIFIED", True)
     for x, w, ids, rw, a, want in many_tile_cases(fmt, salt=3):
         for block_m, split, warps, rep in ((16, 2, 4, 1), (64, 1, 8, 1), (128, 2, 4, 1),
                                            (128, 2, 4, 2)):
@@ -443,8 +443,8 @@ def test_wide_tile_experts_match_the_reference(fmt: str, monkeypatch) -> None:
     experts' tile table: each consumer stores its own features of its expert's rows (weighted
     fp32), slots past the last tile none; close to the reference and to the one-partition
     kernel, bit-identical on repeat; W*A16 and W*A*, 2 stages (3 for mxfp4), N and K tails."""
-    monkeypatch.setattr(linear_wgmma, "WS_VERIFIED", True)
-    monkeypatch.setattr(linear_wgmma, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
     stages = 3 if fmt == "mxfp4" else 2
     wide = linear_wgmma.WgmmaConfig(256, 128, 1, stages, tma_x=True, ws=True)
     one = linear_wgmma.WgmmaConfig(128, 128, 1, 3)
@@ -466,8 +466,8 @@ def test_warp_specialized_experts_match_the_reference(fmt: str, monkeypatch) -> 
     stored; close to the reference and to the one-partition kernel (another fp32 order: the
     two consumers' sums), bit-identical on repeat; W*A16 and W*A*, block_m 16 / 64 / 128,
     split 1 / 2, 2 / 4 stages, block_k 128 / 256, N and K tails, NaN blocks."""
-    monkeypatch.setattr(linear_wgmma, "WS_VERIFIED", True)
-    monkeypatch.setattr(linear_wgmma, "FP6_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "FP6_VERIFIED", True)
     for x, w, ids, rw, a, want in many_tile_cases(fmt, salt=5):
         for block_m, block_k, split, stages in ((16, 128, 2, 4), (64, 256, 1, 2),
                                                 (128, 128, 1, 4), (128, 128, 2, 2)):

@@ -15,7 +15,7 @@ import torch
 from kernels.spec.contract import QuantKey, SchemeContract
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
-from kernels.triton import wgmma_config, wgmma_tiles
+from kernels.triton import wgmma_config, wgmma_gates, wgmma_tiles
 from kernels.triton.linear_emulation import fused_linear
 from support.linear_checks import close, reference_bf16, special_rows
 from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight, int8_weight
@@ -31,8 +31,8 @@ def test_fp6_weights_match_the_reference(n: int, k: int, fmt: str, layout: str,
     """mxfp6 through the wgmma kernel (fp6_words' layout): every code and scale byte, N and K
     tails, M from 1 to 128, split-K, bias, NaN / Inf activations. (Run with mxfp6 and K tails
     switched on: this test is what switches them on, `FP6_VERIFIED`.)"""
-    monkeypatch.setattr(lw, "FP6_VERIFIED", True)
-    monkeypatch.setattr(lw, "K_TAIL_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "FP6_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "K_TAIL_VERIFIED", True)
     gen = torch.Generator().manual_seed(n + k + len(fmt) + len(layout))
     w = fp6_weight(fmt, n, k, layout, gen).to("cuda")
     prepared = KERNEL.prepare(w, SchemeContract(weight=key(fmt), activation=None))
@@ -56,7 +56,7 @@ def test_two_warpgroups_match_the_reference(fmt: str, monkeypatch: pytest.Monkey
     byte, N tails (200: one and a half tiles; 1000), K tails (2880), M up to 128, split-K 1 / 2,
     bias, NaN / Inf activations, two calls bit-identical. (Run with warps 8 switched on: this
     test is what switches it on, `WARPS_VERIFIED`.)"""
-    monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))
+    monkeypatch.setattr(wgmma_gates, "WARPS_VERIFIED", (4, 8))
     for n, k in ((200, 1024), (1000, 2880)):
         gen = torch.Generator().manual_seed(n + k + len(fmt))
         w = (fp4_weight(n, k, gen) if fmt == "mxfp4" else
@@ -88,8 +88,8 @@ def test_k_halves_match_the_reference(n: int, k: int, fmt: str,
     activations; and rep = 2 (128 weight rows a warpgroup) against the same references. (Run
     with sub_k and rep switched on: this test is what switches them on, `SUB_K_VERIFIED`,
     `REP_VERIFIED`.)"""
-    monkeypatch.setattr(lw, "SUB_K_VERIFIED", True)
-    monkeypatch.setattr(lw, "REP_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "SUB_K_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "REP_VERIFIED", True)
     gen = torch.Generator().manual_seed(n + k + len(fmt))
     w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(
         fmt, lambda n_, k_, g: fp6_weight(fmt, n_, k_, "packed", g))(n, k, gen).to("cuda")
@@ -176,9 +176,9 @@ def test_overlap_gives_the_same_bits(fmt: str, monkeypatch: pytest.MonkeyPatch) 
     the plain loop's output, and close to reference-emulation, for each weight format, M 1..128
     (one and two warpgroups, split-K, x by TMA), K tails, bias, NaN / Inf rows, fresh x a call;
     a K whose slices are odd runs the plain loop. (Run with overlap switched on: this test is
-    what switches it on, `linear_wgmma.OVERLAP_VERIFIED`; offline its SASS has no write to an
+    what switches it on, `wgmma_gates.OVERLAP_VERIFIED`; offline its SASS has no write to an
     in-flight wgmma's registers: test_wgmma_compile.)"""
-    monkeypatch.setattr(lw, "OVERLAP_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "OVERLAP_VERIFIED", True)
     gen = torch.Generator().manual_seed(len(fmt) + 77)
     for n, k in ((200, 1024), (72, 2880)):
         w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight, "mxint8": int8_weight}.get(
@@ -215,9 +215,9 @@ def test_8bit_weights_match_the_reference(n: int, k: int, fmt: str,
     every code and scale byte, N and K tails, M 1..128, split-K, one and two warpgroups, bias,
     NaN / Inf activations, W8A16 and W8A8 (the QDQ launched and fused). (Run with the format
     switched on: this test is what switches it on, `FP8_VERIFIED` / `INT8_VERIFIED`.)"""
-    monkeypatch.setattr(lw, "FP8_VERIFIED", True)
-    monkeypatch.setattr(lw, "INT8_VERIFIED", True)
-    monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))
+    monkeypatch.setattr(wgmma_gates, "FP8_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "INT8_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WARPS_VERIFIED", (4, 8))
     monkeypatch.setattr(wgmma_tiles, "ACT_VERIFIED", True)
     gen = torch.Generator().manual_seed(n + k + len(fmt))
     w = (fp8_weight if fmt == "mxfp8_e4m3" else int8_weight)(n, k, gen).to("cuda")
@@ -251,7 +251,7 @@ def test_x_by_tma_matches_the_reference(n: int, k: int, fmt: str,
     slices shorter than the pipeline, stages 2..4, one and two warpgroups, rep 2, K halves, a
     register cap, bias, NaN / Inf activations; W*A* with the QDQ fused (its proxy fence).
     (Run with tma_x switched on: this test is what switches it on, `TMA_X_VERIFIED`.)"""
-    monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "TMA_X_VERIFIED", True)
     akey = key(fmt, static=False)
     gen = torch.Generator().manual_seed(n + k + len(fmt) + 7)
     w = {"mxfp4": fp4_weight, "mxfp8_e4m3": fp8_weight}.get(

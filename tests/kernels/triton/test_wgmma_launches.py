@@ -16,7 +16,7 @@ from kernels.spec.contract import SchemeContract
 from kernels.triton import launcher as launcher_mod
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
-from kernels.triton import wgmma_config, wgmma_tiles
+from kernels.triton import wgmma_config, wgmma_gates, wgmma_tiles
 from kernels.triton.linear_emulation import fused_linear
 from kernels.triton.wgmma_tiles import act_facts
 from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight, int8_weight
@@ -36,36 +36,36 @@ def test_unavailable_says_why() -> None:
     int8 = dict(W_BITS=8, W_PACK=0, W_MBITS=6, W_IS_INT=True, W_SAT=False)
     assert lw.weight_format(int8) == "mxint8"
     assert lw.unavailable(cpu, int8, 512, bf, bf, cfg) == (
-        "needs an NVIDIA GPU" if lw.INT8_VERIFIED else
+        "needs an NVIDIA GPU" if wgmma_gates.INT8_VERIFIED else
         "mxint8 weights: written, not yet verified on a GPU")
     assert lw.unavailable(cpu, e4m3, 512, bf, bf, cfg) == (
-        "needs an NVIDIA GPU" if lw.FP8_VERIFIED else
+        "needs an NVIDIA GPU" if wgmma_gates.FP8_VERIFIED else
         "mxfp8_e4m3 weights: written, not yet verified on a GPU")
     e3m2 = dict(W_BITS=6, W_PACK=2, W_MBITS=2, W_IS_INT=False, W_SAT=False)
     assert lw.weight_format(e3m2) == "mxfp6_e3m2"
     assert lw.weight_format(dict(e3m2, W_PACK=0, W_MBITS=3)) == "mxfp6_e2m3"
     assert lw.unavailable(cpu, e3m2, 512, bf, bf, cfg) == (
-        "needs an NVIDIA GPU" if lw.FP6_VERIFIED else
+        "needs an NVIDIA GPU" if wgmma_gates.FP6_VERIFIED else
         "mxfp6_e3m2 weights: written, not yet verified on a GPU")
     assert lw.unavailable(cpu, FP4, 512, torch.float16, bf, cfg) == "bf16 x and output only"
     assert lw.unavailable(cpu, FP4, 400, bf, bf, cfg) == "K=400 is not whole 32-element blocks"
     assert lw.unavailable(cpu, FP4, 2880, bf, bf, cfg) == (
         "K=2880 is not a multiple of the K tile 256 (K tails: written, not yet verified on a GPU)"
-        if not lw.K_TAIL_VERIFIED else "needs an NVIDIA GPU")
+        if not wgmma_gates.K_TAIL_VERIFIED else "needs an NVIDIA GPU")
     assert lw.unavailable(cpu, FP4, 512, bf, bf, cfg) == "needs an NVIDIA GPU"
     halves = lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4, sub_k=2, maxnreg=128)
     assert lw.unavailable(cpu, FP4, 512, bf, bf, halves) == (
-        "needs an NVIDIA GPU" if lw.SUB_K_VERIFIED else
+        "needs an NVIDIA GPU" if wgmma_gates.SUB_K_VERIFIED else
         "sub_k=2 (K tiles in halves): written, not yet verified on a GPU")
     assert lw.unavailable(cpu, FP4, 512, bf, bf, dataclasses.replace(cfg, rep=2)) == (
-        "needs an NVIDIA GPU" if lw.REP_VERIFIED else
+        "needs an NVIDIA GPU" if wgmma_gates.REP_VERIFIED else
         "rep=2 (128 rows a warpgroup): written, not yet verified on a GPU")
     for bad in (dict(sub_k=3), dict(maxnreg=32), dict(maxnreg=256), dict(rep=4)):
         with pytest.raises(ValueError, match="sub_k=.* rep=.* maxnreg="):
             lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4, **bad)
     ovl = dataclasses.replace(cfg, overlap=True)
     assert lw.unavailable(cpu, FP4, 512, bf, bf, ovl) == (
-        "needs an NVIDIA GPU" if lw.OVERLAP_VERIFIED else
+        "needs an NVIDIA GPU" if wgmma_gates.OVERLAP_VERIFIED else
         "overlap (each wgmma in flight under the next K tile's decode): written, not yet "
         "verified on a GPU")
     for bad in (dict(sub_k=2), dict(fuse_act=True), dict(stages=2),
@@ -137,7 +137,8 @@ def test_every_launch_fills_the_kernel_signature(fmt: str, monkeypatch: pytest.M
     monkeypatch.setattr(lw, "unavailable", lambda *a, **k: None)
     monkeypatch.setattr(le, "_check_call", lambda *a, **k: None)
     monkeypatch.setattr(le, "_INTERPRETED", False)  # (CI sets TRITON_INTERPRET)
-    monkeypatch.setattr(lw, "WARPS_VERIFIED", (4, 8))  # the gates: what runs is not tested here
+    # the gates: what runs is not tested here
+    monkeypatch.setattr(wgmma_gates, "WARPS_VERIFIED", (4, 8))
     monkeypatch.setattr(wgmma_config, "ACT_ROWS_VERIFIED", True)
     gen = torch.Generator().manual_seed(len(fmt))
     n, k = 200, 1024
@@ -178,7 +179,7 @@ def test_later_calls_launch_the_first_calls_arguments(monkeypatch: pytest.Monkey
     profiler's hooks, another device), takes the general path. Run here with the compiled
     kernel's launcher recorded. (The one-partition kernel's rows: the ws rows passed over; a ws
     plan's Bound: test_linear_wgmma_ws.)"""
-    monkeypatch.setattr(lw, "WS_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", False)
     names = lw._wgmma_linear_kernel.arg_names
     general: list = []
     bound: list = []
@@ -244,7 +245,7 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
 
     names = lw._wgmma_linear_kernel.arg_names
     cfg = lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=3, tma_x=True)
-    monkeypatch.setattr(lw, "TMA_X_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "TMA_X_VERIFIED", True)
     general, bound = record_launches(monkeypatch, cfg)
     gen = torch.Generator().manual_seed(4)
     n, k = 200, 1024
@@ -282,7 +283,7 @@ def test_x_by_tma_passes_a_descriptor_of_each_calls_x(monkeypatch: pytest.Monkey
     args = general.pop()[3]
     assert args["GROUPED"] and args["X_TMA"] is True
     assert list(args["x_ptr"].shape) == [30, k] and list(args["x_ptr"].block_shape) == [64, 128]
-    monkeypatch.setattr(lw, "TMA_X_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "TMA_X_VERIFIED", False)
     with pytest.raises(ValueError, match=r"tma_x \(the x tile by TMA\): written, not yet "
                                          r"verified on a GPU; use a config without that part"):
         moe_wgmma.grouped_experts_wgmma(torch.randn(30, k).to(torch.bfloat16), ex, None, ids,
@@ -308,18 +309,19 @@ def test_a_gated_part_of_a_table_row_runs_as_the_row_without_it(monkeypatch: pyt
     monkeypatch.setattr(le, "strategy_for", lambda *a, **k: ("wgmma", row))
     monkeypatch.setattr(lw, "unavailable", lambda device, consts, k, xd, od, cfg, m=1: (
         "tma_x (the x tile by TMA): written, not yet verified on a GPU"
-        if cfg.tma_x and not lw.TMA_X_VERIFIED else None))
+        if cfg.tma_x and not wgmma_gates.TMA_X_VERIFIED else None))
     gen = torch.Generator().manual_seed(6)
     prepared = KERNEL.prepare(fp4_weight(200, 1024, gen), SchemeContract(weight=key("mxfp4"),
                                                                          activation=None))
     for gate in (False, True):
-        monkeypatch.setattr(lw, "TMA_X_VERIFIED", gate)
-        assert lw.table_config(row) == (row if gate else dataclasses.replace(row, tma_x=False))
+        monkeypatch.setattr(wgmma_gates, "TMA_X_VERIFIED", gate)
+        assert wgmma_gates.table_config(row) == (row if gate else
+                                                 dataclasses.replace(row, tma_x=False))
         prepared.cache.clear()
         fused_linear(torch.randn(40, 1024).to(torch.bfloat16), prepared)
         args = seen.pop()
         assert args["X_TMA"] is gate and args["BLOCK_M"] == 64 and args["SPLIT"] == 2
-    monkeypatch.setattr(lw, "TMA_X_VERIFIED", False)
+    monkeypatch.setattr(wgmma_gates, "TMA_X_VERIFIED", False)
     with pytest.raises(ValueError, match=r"'wgmma' cannot run this call: tma_x \(the x tile by "
                                          r"TMA\): written, not yet verified on a GPU"):
         fused_linear(torch.randn(40, 1024).to(torch.bfloat16), prepared, strategy="wgmma",
@@ -351,11 +353,11 @@ def test_configs_past_the_verified_tiles_are_refused() -> None:
         "needs an NVIDIA GPU"
     tma = lw.WgmmaConfig(block_m=64, block_k=128, split=2, stages=3, tma_x=True)
     assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, tma) == (
-        "needs an NVIDIA GPU" if lw.TMA_X_VERIFIED else
+        "needs an NVIDIA GPU" if wgmma_gates.TMA_X_VERIFIED else
         "tma_x (the x tile by TMA): written, not yet verified on a GPU")
     two = lw.WgmmaConfig(block_m=128, block_k=128, split=1, stages=3, warps=8)
     assert lw.unavailable(torch.device("cpu"), FP4, 512, bf, bf, two) == (
-        "needs an NVIDIA GPU" if 8 in lw.WARPS_VERIFIED else
+        "needs an NVIDIA GPU" if 8 in wgmma_gates.WARPS_VERIFIED else
         "warps=8 (two warpgroups): written, not yet verified on a GPU")
 
 

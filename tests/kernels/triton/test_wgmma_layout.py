@@ -17,7 +17,7 @@ from kernels.triton import fp4_words as fw
 from kernels.triton import linear_configs
 from kernels.triton import linear_emulation as le
 from kernels.triton import linear_wgmma as lw
-from kernels.triton import wgmma_tiles
+from kernels.triton import wgmma_gates, wgmma_tiles
 from kernels.triton.linear_emulation import fused_linear
 from support.mx_weights import e4m3_weight as fp8_weight, fp4_weight, fp6_weight, int8_weight
 from support.wgmma_cases import KERNEL, key, same_values
@@ -222,7 +222,7 @@ def test_one_copy_of_the_weight_serves_every_config(monkeypatch: pytest.MonkeyPa
     """Configs of every K tile and row-group count (one and two warpgroups, rep 2, ws) run off
     the same prepared buffers: one layout in the weight's cache, whatever the M buckets ran
     (before: a copy per (K tile, row groups) in use)."""
-    monkeypatch.setattr(lw, "WS_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "WS_VERIFIED", True)
     configs = {1: lw.WgmmaConfig(block_m=8, block_k=256, split=2, stages=4),
                16: lw.WgmmaConfig(block_m=16, block_k=512, split=1, stages=4, tma_x=True,
                                   ws=True),
