@@ -56,7 +56,7 @@
 #   OUT=/tmp/out STEPS=qdq_rows bash tools/gpu_sweeps.sh       (the wider one-row QDQ tiles)
 #   OUT=/tmp/out STEPS=overlap bash tools/gpu_sweeps.sh        (the overlapped K loop, M = 1 / 16)
 #   OUT=/tmp/out STEPS=band bash tools/gpu_sweeps.sh           (the wide tile's programs in bands
-#     of M tiles, M = 1024 / 4096; BAND_W / BAND_MS narrow it)
+#     of M tiles, M = 1024 / 4096; BAND_W / BAND_MS / BAND_SHAPES narrow it)
 #   OUT=/tmp/out STEPS=quant_tiles bash tools/gpu_sweeps.sh     (quantize / dequantize tiles,
 #     ~6 min; STEPS=quant_word_io, the packed word moves off / on, a call of its own: both ran
 #     past their limits together on an H100, part 29)
@@ -119,6 +119,7 @@ step overlap "${OVL_S:-300}" python3 tools/tune_linear.py --parts wgmma --ms 1,1
 B=0:1:1:1:1:0
 step band "${BAND_S:-420}" python3 tools/tune_linear.py --parts wgmma --ms "${BAND_MS:-1024,4096}" \
   --weights "${BAND_W:-mxfp8_e4m3,mxfp4,mxfp6_e3m2}" --out "$OUT/band.json" --rounds "${ROUNDS:-3}" \
+  --shapes "${BAND_SHAPES:-8192x8192,28672x8192,8192x28672}" \
   --wgmma-specs "${BAND_SPECS:-256:128:1:2:4:$B:1,256:128:1:2:4:$B:4,256:128:1:2:4:$B:8}"
 step fused_act "${FUSED_S:-240}" python3 tools/bench_pdl.py --compare fused \
   --ms "${FUSED_MS:-1,16}" --shapes "${FUSED_SHAPES:-8192x8192,28672x8192,8192x28672}" \

@@ -37,6 +37,7 @@ from kernels.triton.linear_wgmma import (BLOCK_M_VERIFIED, BLOCK_M_WIDE,  # noqa
                                          WgmmaConfig)
 from gates import open_gates  # noqa: E402
 from sweep_variants import SPEC_FIELDS, forced_spec, interleaved, wgmma_name  # noqa: E402
+from registry.cli.bench import parse_shapes  # noqa: E402
 from registry.machine.timing import (  # noqa: E402
     _copies_needed, copy_bandwidth, graph_ms, median_ms)
 
@@ -216,6 +217,8 @@ def main() -> None:
                     "order, and keep each one's median (a fixed order favours the first)")
     ap.add_argument("--ms", help="comma-separated M values of the main sweep (default: "
                     + ",".join(map(str, MS)) + ")")
+    ap.add_argument("--shapes", help="the main sweep's NxK shapes, comma-separated (default: "
+                    + ",".join(f"{n}x{k}" for n, k in SHAPES) + ")")
     ap.add_argument("--weights", default="mxfp4,mxfp4:mxfp4,mxfp8_e4m3:mxfp8_e4m3",
                     help="the main sweep's contracts, W[:A] (e.g. mxfp4,mxfp6_e3m2)")
     ap.add_argument("--open-gates", default="", metavar="NAME,...",
@@ -227,6 +230,10 @@ def main() -> None:
     open_gates([g for g in args.open_gates.split(",") if g], ap)
     # parsed (and checked: WgmmaConfig's one-line errors) before any GPU work
     specs = [forced_spec(c) for c in args.wgmma_specs.split(",")] if args.wgmma_specs else []
+    try:
+        shapes = parse_shapes(args.shapes) if args.shapes else SHAPES[:1] if args.quick else SHAPES
+    except ValueError as e:
+        ap.error(str(e))
     dev = "cuda"
     parts = set(args.parts.split(","))
     # every variant is checked against the reference here (err column): configs still gated
@@ -257,7 +264,6 @@ def main() -> None:
               f"{extra}"
               f"{res.get('error', '')}", flush=True)
 
-    shapes = SHAPES[:1] if args.quick else SHAPES
     ms = [int(v) for v in args.ms.split(",")] if args.ms else MS
     contracts = [(w, a or None) for w, _, a in (c.partition(":") for c in args.weights.split(","))]
     for n, k in shapes:

@@ -2,6 +2,7 @@
 is refused in one line naming it and the expected fields, before any GPU work."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -42,3 +43,16 @@ def test_a_spec_past_the_verified_tiles_gets_the_configs_error() -> None:
     with pytest.raises(ValueError, match=r"group_m=4 needs 1..64 and, past 1, block_m=256 "
                                          r"\(got 128\)"):
         tune_linear.forced_spec("128:128:1:4:4:0:1:1:1:1:0:4")
+
+
+@pytest.mark.parametrize("shapes,error", (("8192x100", r"K=100 is not a multiple of the MX block"),
+                                          ("8192", r"'8192' is not NxK")))
+def test_a_bad_shape_is_the_parsers_one_line_error(shapes: str, error: str, monkeypatch,
+                                                   capsys) -> None:
+    """--shapes is checked before any GPU work (this machine has none)."""
+    monkeypatch.setattr(sys, "argv", ["tune_linear.py", "--shapes", shapes])
+    with pytest.raises(SystemExit) as e:
+        tune_linear.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()  # argparse's usage, then the one line
+    assert err[-1].startswith("tune_linear.py: error: --shapes: ") and re.search(error, err[-1])
