@@ -27,7 +27,8 @@ The kernel (swap AB: out^T = W @ x^T; 4 warps = one warpgroup = 64 weight rows a
 Scope: bf16 x (raw: W4A16, or W4A4 after the planned activation QDQ or with it inside the
 kernel: `fuse_act`), bf16 output, K whole 32-blocks (tiles padded), the layouts' scale ranges,
 sm_90. Elsewhere `wgmma_plan` says why
-not and the caller takes the table's next strategy. Gluon does not run under TRITON_INTERPRET:
+not and the caller takes the table's next strategy; parts written without a GPU stay off until
+verified there (wgmma_gates.py). Gluon does not run under TRITON_INTERPRET:
 CPU CI checks the layout and the decoder's bit operations through their torch twin
 (fp4_words.wgmma_decode, the same instructions step for step) and the GPU tests check the kernel
 against reference-emulation. GROUPED: MoE experts (moe_wgmma.py), one tile table slot a program.
