@@ -52,11 +52,12 @@ FUSE_M_MAX = 16  # table rows up to this M take fuse_act in the fused settings
 
 def fused_table() -> tuple:
     """The config table with the activation QDQ inside the kernel on every wgmma row up to
-    FUSE_M_MAX rows that can take it (not warp-specialized), for W*A* layers."""
+    FUSE_M_MAX rows that can take it (not warp-specialized, not the overlapped K loop: one QDQ
+    buffer), for W*A* layers."""
     def fuse(row):
         cfg = row.config
         if row.strategy == "wgmma" and row.m_max <= FUSE_M_MAX and isinstance(cfg, WgmmaConfig) \
-                and not cfg.ws:
+                and not cfg.ws and not cfg.overlap:
             return dataclasses.replace(row, config=dataclasses.replace(cfg, fuse_act=True))
         return row
     return tuple(fuse(row) for row in linear_configs.TABLE)

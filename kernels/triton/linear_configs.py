@@ -81,6 +81,7 @@ _WIDE_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=2, warps=8, ma
 #         69.4 / 66.9); M = 1 8x256 st8 22.3 / 67.9 / 59.4 (23.1 / 70.9 / 61.5)
 # so ws on N = 8192 at M = 16 / 32 (and mxfp6's M = 32 everywhere), mxfp8's M = 1 everywhere.
 _M16 = WgmmaConfig(block_m=16, block_k=128, split=2, stages=4)
+_M16_OVERLAP = dataclasses.replace(_M16, stages=5, overlap=True)
 _M32 = WgmmaConfig(block_m=32, block_k=128, split=2, stages=4)
 _WS_16 = WgmmaConfig(block_m=16, block_k=256, split=1, stages=6, tma_x=True, ws=True)
 _WS_32 = WgmmaConfig(block_m=32, block_k=256, split=1, stages=6, tma_x=True, ws=True)
@@ -103,6 +104,16 @@ _WS_WIDE_2 = WgmmaConfig(block_m=256, block_k=128, split=1, stages=2, tma_x=True
 #   M = 512 mxfp4 st3 95.8 / 309.2 -> 129.1 / 352.4, mxfp8 st2 103.6 / 345.1 -> 139.9 / 380.5
 _WS_WIDE_3_S2 = dataclasses.replace(_WS_WIDE_3, split=2)
 _WS_WIDE_2_S2 = dataclasses.replace(_WS_WIDE_2, split=2)
+# ... in bands of 4 M tiles on wide layers (N >= 16384, group_m: a band of programs walks N
+# over 4 M tiles, so each weight tile is read from L2 by 4 M tiles' programs close in time), H100
+# 2026-12-07 07:40-07:42 UTC (tune_linear --rounds 3 / 5, two calls; docs/benchmarks.md part
+# 37), us, the row without bands -> group_m 4, 28672 x 8192:
+#   mxfp8 e4m3 M = 4096 2990.6 / 3014.3 -> 2807.4 / 2865.4, M = 1024 779.1 / 771.4 -> 732.0 /
+#   721.7 (5-6 %); mxfp4 M = 4096 2707.7 / 2790.4 -> 2672.0 / 2749.0, M = 1024 691.0 / 698.7
+#   -> 691.4 / 690.0 (0-1.5 %, inside the spread; part 36 had 3-5 %). On 8192 x 28672 mxfp8
+#   gained 3-4 % and mxfp4 -2 / +2 % in one run (N = 8192 keeps the row without bands).
+_WS_WIDE_3_G4 = dataclasses.replace(_WS_WIDE_3, group_m=4)
+_WS_WIDE_2_G4 = dataclasses.replace(_WS_WIDE_2, group_m=4)
 _WS_64 = WgmmaConfig(block_m=64, block_k=256, split=1, stages=4, tma_x=True, ws=True)
 _WS_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=4, tma_x=True, ws=True)
 TABLE: tuple[Choice, ...] = (
@@ -117,8 +128,11 @@ TABLE: tuple[Choice, ...] = (
     Choice("fp4", 1, "wgmma", _WGMMA_1),
     # ws at M = 16 / 32 (13:37 UTC run, mxfp4): 16x512 st4 16.6 / 53.4 / 42.9 us against
     # 18.8 / 51.6 / 50.3; 32x256 st6 18.6 / 62.1 / 51.4 against 21.2 / 60.5 / 51.3 (the rep
-    # row): both lose on N = 28672, which keeps the rows it had (n_min)
-    Choice("fp4", 16, "wgmma", _M16, n_min=16384),
+    # row): both lose on N = 28672, which keeps the rows it had (n_min), now with a stage more
+    # and the overlapped K loop (wgmma_gates.OVERLAP_VERIFIED): 58.3 -> 53.8 us on 28672 x 8192
+    # (H100 2026-12-07 07:41 UTC, gpu_sweeps' overlap step, docs/benchmarks.md part 37; at M = 1
+    # and for mxfp6 / mxfp8 it won nowhere by more than 1 %, so those rows keep the plain loop)
+    Choice("fp4", 16, "wgmma", _M16_OVERLAP, n_min=16384),
     Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=512, split=1, stages=4,
                                            tma_x=True, ws=True)),
     Choice("fp4", 16, "wgmma", _M16),  # (N < 16384 while ws is passed over)
@@ -166,6 +180,7 @@ TABLE: tuple[Choice, ...] = (
                                             max_tiles=256, tma_x=True)),
     Choice("fp4", 256, "wgmma", _WS_WIDE_3, n_min=16384),
     Choice("fp4", 256, "wgmma", _WS_WIDE_3_S2),
+    Choice("fp4", LARGE_M, "wgmma", _WS_WIDE_3_G4, n_min=16384),
     Choice("fp4", LARGE_M, "wgmma", _WS_WIDE_3),
     # mxfp4 (N x K = 8192^2 / 28672 x 8192 / 8192 x 28672; bf16 34.8 / 110 / 115 us):
     # M = 1 the FMA kernel on words 21.0 / 54.1 / 60.6 us (mma 24.6 / 74.7 / 70.4, the old
@@ -209,6 +224,7 @@ TABLE: tuple[Choice, ...] = (
                                             max_tiles=128, tma_x=True), n_min=8192),
     Choice("fp8", 256, "wgmma", _WS_WIDE_2, n_min=16384),
     Choice("fp8", 256, "wgmma", _WS_WIDE_2_S2),
+    Choice("fp8", LARGE_M, "wgmma", _WS_WIDE_2_G4, n_min=16384),
     Choice("fp8", LARGE_M, "wgmma", _WS_WIDE_2),
     # mxfp8 e5m2 (or e4m3 where wgmma does not apply) via the fp8 convert: M = 1 / 16 / 64
     # 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
@@ -303,14 +319,22 @@ def _never(config: object) -> bool:
     return False
 
 
+def _dense_only(config: object) -> bool:
+    """A config that serves dense layers only (`_serves`): warp-specialized, the overlapped K
+    loop or programs in bands (`WgmmaConfig.ws` / `overlap` / `group_m`)."""
+    return bool(getattr(config, "ws", False) or getattr(config, "overlap", False)
+                or getattr(config, "group_m", 1) != 1)
+
+
 def _serves(row: Choice, family: str, n: int, k: int, experts: bool,
             passed_over: Callable[[object], bool]) -> bool:
     """Whether a row serves a layer of the family and shape: its shape class; experts-only rows
-    for MoE experts only; warp-specialized ones (`WgmmaConfig.ws`) not marked experts-only
-    for dense layers only; and not a row the caller passes over (a part of its config still
+    for MoE experts only; `_dense_only` ones not marked experts-only for dense layers
+    only; and not a row the caller passes over (a part of its config still
     gated off)."""
-    if experts:  # dense ws rows were measured on dense layers only; an experts-only one serves
-        kind_ok = row.experts or not getattr(row.config, "ws", False)
+    if experts:  # dense ws rows were measured on dense layers only, and overlap / bands are
+        # dense launches' (moe_wgmma refuses them); an experts-only row serves
+        kind_ok = row.experts or not _dense_only(row.config)
     else:
         kind_ok = not row.experts
     return (kind_ok and row.family == family and n >= row.n_min and k >= row.k_min

@@ -32,7 +32,8 @@ def test_the_fused_table_fuses_the_small_rows_that_can_take_it() -> None:
     fused = 0
     for row, was in zip(table, linear_configs.TABLE):
         can = (was.strategy == "wgmma" and was.m_max <= bench_pdl.FUSE_M_MAX
-               and isinstance(was.config, WgmmaConfig) and not was.config.ws)
+               and isinstance(was.config, WgmmaConfig) and not was.config.ws
+               and not was.config.overlap)  # (overlap: one QDQ buffer, fuse_act refused)
         assert row.config == (dataclasses.replace(was.config, fuse_act=True) if can else
                               was.config), row
         assert (row.m_max, row.n_min, row.k_min, row.family) == (

@@ -73,6 +73,7 @@ def test_a_few_rows_take_the_small_rows_tile_where_it_is_on(monkeypatch) -> None
                         lambda fn, key, grid, args, **kw: (seen.append(grid),
                                                            real(fn, key, grid, args, **kw))[1])
     monkeypatch.setattr(qdq_plan, "SMALL_ROWS_VERIFIED", True)
+    monkeypatch.setattr(qdq_plan, "SMALL_ROWS_WIDE_VERIFIED", False)  # (its own test's)
     plan = plan_for(0.5, torch.bfloat16, 512)
     for r in (1, qdq_plan.SMALL_ROWS, qdq_plan.SMALL_ROWS + 1):
         plan(rows(r, 512, torch.bfloat16, 0.5, r).to(DEVICE))

@@ -278,8 +278,10 @@ def test_a_few_rows_qdq_with_one_row_a_program(name: str, monkeypatch) -> None:
     """QdqPlan's small-rows tile (SMALL_ROWS_TILE: one row a program, a decode step's
     activation): the reference's bits for 1..SMALL_ROWS rows, fresh random rows with NaN / Inf /
     zero / subnormal blocks, each input dtype; past SMALL_ROWS the general tile. (On a GPU this
-    is the test that switches the gate on, `SMALL_ROWS_VERIFIED`.)"""
+    is the test that switches the gate on, `SMALL_ROWS_VERIFIED`; the wider tiles past it are
+    the next test's.)"""
     monkeypatch.setattr(_qdq, "SMALL_ROWS_VERIFIED", True)
+    monkeypatch.setattr(_qdq, "SMALL_ROWS_WIDE_VERIFIED", False)
     fmt = FORMATS[name]
     seed = zlib.crc32(f"small rows {name}".encode()) % 10_000
     k = 1024  # 4 of the tile's 256-wide K tiles; special blocks anywhere

@@ -393,3 +393,17 @@ def test_the_fused_qdq_layout_splits_no_element_it_need_not(warps: int) -> None:
         if rows * cols >= 32 * warps:
             assert span[0] <= rows and span[1] <= cols, (rows, cols, span)
 
+
+
+def test_a_table_rows_overlap_runs_the_plain_loop_while_gated_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`table_config`: a row measured with the overlapped K loop runs the plain loop (the same
+    bits) while OVERLAP_VERIFIED is off, as a tma_x row runs without TMA; on, the row as it is."""
+    row = lw.WgmmaConfig(block_m=16, block_k=128, split=2, stages=5, overlap=True, tma_x=True)
+    monkeypatch.setattr(wgmma_gates, "TMA_X_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "OVERLAP_VERIFIED", False)
+    assert wgmma_gates.table_config(row) == dataclasses.replace(row, overlap=False)
+    monkeypatch.setattr(wgmma_gates, "TMA_X_VERIFIED", False)
+    assert wgmma_gates.table_config(row) == dataclasses.replace(row, overlap=False, tma_x=False)
+    monkeypatch.setattr(wgmma_gates, "OVERLAP_VERIFIED", True)
+    assert wgmma_gates.table_config(row) == dataclasses.replace(row, tma_x=False)
