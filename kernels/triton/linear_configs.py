@@ -131,7 +131,7 @@ TABLE: tuple[Choice, ...] = (
     # row): both lose on N = 28672, which keeps the rows it had (n_min), now with a stage more
     # and the overlapped K loop (wgmma_gates.OVERLAP_VERIFIED): 58.3 -> 53.8 us on 28672 x 8192
     # (H100 2026-12-07 07:41 UTC, gpu_sweeps' overlap step, docs/benchmarks.md part 37; at M = 1
-    # and for mxfp6 / mxfp8 it won nowhere by more than 1 %, so those rows keep the plain loop)
+    # and for mxfp6 / mxfp8 it won nowhere by more than 2 %, so those rows keep the plain loop)
     Choice("fp4", 16, "wgmma", _M16_OVERLAP, n_min=16384),
     Choice("fp4", 16, "wgmma", WgmmaConfig(block_m=16, block_k=512, split=1, stages=4,
                                            tma_x=True, ws=True)),

@@ -51,9 +51,9 @@ WIDE_SPLIT_VERIFIED = True
 
 def table_config(cfg: object) -> object:
     """A table row's config as it runs here: a row records the measured choice, and a part of
-    it still gated off (tma_x) runs as the same config without it (what ran before the part
-    was written; overlap likewise); a caller's own config is refused instead (`unavailable`). Other configs (the
-    interpreter's stand-in) as they are."""
+    it still gated off (tma_x, overlap) runs as the same config without it (what ran before
+    the part was written); a caller's own config is refused instead (`unavailable`). Other
+    configs (the interpreter's stand-in) as they are."""
     if isinstance(cfg, WgmmaConfig) and cfg.tma_x and not TMA_X_VERIFIED:
         cfg = dataclasses.replace(cfg, tma_x=False)
     if isinstance(cfg, WgmmaConfig) and cfg.overlap and not OVERLAP_VERIFIED:
