@@ -9,6 +9,9 @@
 # Exit status: non-zero when any of the three failed. Logs: $OUT/{pytest,probe,bench}.*
 #
 #   OUT=/tmp/out WORKERS=8 bash tools/gpu_check.sh
+# A run its limit (PYTEST_S) stops lists the tests it left in $OUT/unfinished.txt: copy that
+# file into the tree and, on the still-warm machine (the device tool releases one idle for
+# 30 s), `TESTS_FROM=unfinished.txt OUT=... bash tools/gpu_check.sh` runs just those.
 # Where pydantic / jsonschema are missing (the lent H200 image), wheels in .whl/ are installed
 # first (the device tool's README says how to download them). COMMIT names the commit checked
 # where the tree has no usable .git (a copied working tree).
@@ -47,13 +50,24 @@ python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "$TEST_S" 
 dist=(--dist worksteal)
 python3 -c "import sys, xdist; sys.exit(tuple(map(int, xdist.__version__.split('.')[:2])) < (3, 2))" \
   2>/dev/null || dist=()
+# TESTS_FROM=FILE (node ids, one a line: unfinished.txt of a run the limit stopped) runs just
+# those, to finish that run on the still-warm machine; the summary says so
+selection=(); suite="whole suite"
+if [ -n "${TESTS_FROM:-}" ]; then
+  mapfile -t selection < <(grep -v '^[[:space:]]*$' "$TESTS_FROM")
+  [ ${#selection[@]} -gt 0 ] || { echo "gpu_check: TESTS_FROM=$TESTS_FROM names no test"; exit 2; }
+  suite="the ${#selection[@]} tests of $TESTS_FROM (the rest of a stopped run)"
+fi
 timeout "$PYTEST_S" python3 -m pytest -v -n "$WORKERS" "${dist[@]}" -p no:cacheprovider \
-  --durations=25 "${per_test[@]}" > "$OUT/pytest.log" 2>&1
+  --durations=25 "${per_test[@]}" "${selection[@]}" > "$OUT/pytest.log" 2>&1
 pytest_rc=$?
 failed='(^|\] )(FAILED|ERROR) tests/'  # -v under xdist: "[gw3] [ 61%] FAILED tests/..."
 tests=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$OUT/pytest.log" | tail -1 | tr -d '=' | xargs)
-if [ $pytest_rc -eq 124 ]; then  # killed by the timeout: say so, with how far it got
-  tests="TIMED OUT after ${PYTEST_S} s ($(grep -oE '\[ *[0-9]+%\]' "$OUT/pytest.log" | tail -1) done, $(grep -cE "$failed" "$OUT/pytest.log") failures listed); raise PYTEST_S"
+if [ $pytest_rc -eq 124 ]; then  # killed by the timeout: say so, with how far it got and
+  # which tests it left (unfinished.txt: rerun them at once with TESTS_FROM, before the warm
+  # machine is released)
+  python3 tools/unfinished_tests.py "$OUT/pytest.log" > "$OUT/unfinished.txt"
+  tests="TIMED OUT after ${PYTEST_S} s ($(grep -oE '\[ *[0-9]+%\]' "$OUT/pytest.log" | tail -1) done, $(grep -cE "$failed" "$OUT/pytest.log") failures listed, $(grep -c . "$OUT/unfinished.txt") tests unfinished: unfinished.txt, rerun with TESTS_FROM)"
 fi
 grep -E "$failed" "$OUT/pytest.log" | sort -u | head -40
 echo "pytest rc=$pytest_rc: ${tests:-no summary line}"
@@ -101,7 +115,7 @@ commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "unknown")}
   echo
   echo "| check | rc | result |"
   echo "|---|---:|---|"
-  echo "| whole suite, \`pytest -v -n $WORKERS ${dist[*]}\` | $pytest_rc | ${tests:-no summary line} |"
+  echo "| $suite, \`pytest -v -n $WORKERS ${dist[*]}\` | $pytest_rc | ${tests:-no summary line} |"
   echo "| \`registry lint --probe\` | $probe_rc | ${probe:-see probe.txt} |"
   echo "| \`registry bench w_mxfp4\` 8192x8192 | $bench_rc | ${bench:-see bench.txt} |"
 } | tee "$OUT/gpu_check_summary.md" >> docs/verification.md
