@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_linear's config
 from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
 from registry.machine.timing import graph_ms, median_ms  # noqa: E402
-from kernels.triton import moe_wgmma, wgmma_gates  # noqa: E402
+from kernels.triton import moe_wgmma  # noqa: E402
 from gates import open_gates, setting  # noqa: E402
 from sweep_variants import forced_spec, wgmma_name  # noqa: E402
 
@@ -57,13 +57,12 @@ def bf16_moe(x, w, ids, weights):
 
 @contextlib.contextmanager
 def forced_config(cfg):
-    """The MoE wgmma path with `cfg` in place of its table row (and its gates open), or as is."""
+    """The MoE wgmma path with `cfg` in place of its table row, or as is (a part of cfg still
+    gated off: --open-gates)."""
     if cfg is None:
         yield
         return
-    with setting(moe_wgmma, config_for=lambda *a, **kw: cfg), \
-            setting(wgmma_gates, WARPS_VERIFIED=(4, 8), SUB_K_VERIFIED=True, REP_VERIFIED=True,
-                    TMA_X_VERIFIED=True, WS_VERIFIED=True, WIDE_M_VERIFIED=True):
+    with setting(moe_wgmma, config_for=lambda *a, **kw: cfg):
         yield
 
 
@@ -88,10 +87,10 @@ def main() -> None:
     ap.add_argument("--wgmma", default="",
                     help="also time the triton backend with each of these wgmma configs forced, "
                     "block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x]]]] (gated "
-                    "ones too: every row is checked against the reference)")
+                    "ones with --open-gates; every row is checked against the reference)")
     ap.add_argument("--open-gates", default="", metavar="NAME,...",
                     help="switch on these gates for the run (moe_wgmma / wgmma_gates / "
-                    "wgmma_config / qdq_plan attributes, e.g. EIGHT_BIT_VERIFIED: 8-bit experts "
+                    "wgmma_config / wgmma_tiles / qdq_plan attributes, e.g. EIGHT_BIT_VERIFIED: 8-bit experts "
                     "on wgmma), to time a path written without a GPU beside the one it would "
                     "replace (every row is checked against the reference first)")
     ap.add_argument("--one-program-chunks", type=int, default=None, metavar="N",

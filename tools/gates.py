@@ -31,8 +31,8 @@ def open_gates(names: list[str], ap: argparse.ArgumentParser) -> None:
     """Set each named *_VERIFIED gate True for this process, wherever a module of the wgmma
     paths defines it (--open-gates of bench_moe / tune_linear: time a path written without a
     GPU beside the one it would replace); an unknown name is the parser's one-line error."""
-    from kernels.triton import moe_wgmma, qdq_plan, wgmma_config, wgmma_gates
-    modules = (moe_wgmma, wgmma_gates, wgmma_config, qdq_plan)
+    from kernels.triton import moe_wgmma, qdq_plan, wgmma_config, wgmma_gates, wgmma_tiles
+    modules = (moe_wgmma, wgmma_gates, wgmma_config, wgmma_tiles, qdq_plan)
     for name in names:
         mods = [m for m in modules if hasattr(m, name)]
         if not mods or not name.endswith("_VERIFIED"):

@@ -31,7 +31,7 @@ def test_an_unknown_gate_is_the_parsers_one_line_error(name: str, capsys) -> Non
         gates.open_gates([name], argparse.ArgumentParser(prog="tune_linear.py"))
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"tune_linear.py: error: --open-gates {name}: not a *_VERIFIED gate "
-                          "of moe_wgmma, wgmma_gates, wgmma_config, qdq_plan"), err
+                          "of moe_wgmma, wgmma_gates, wgmma_config, wgmma_tiles, qdq_plan"), err
 
 
 def test_setting_puts_each_value_back(monkeypatch) -> None:
