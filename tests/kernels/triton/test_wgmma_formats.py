@@ -188,6 +188,7 @@ def test_overlap_gives_the_same_bits(fmt: str, monkeypatch: pytest.MonkeyPatch) 
         for m, block_k, split, stages, warps, tma in ((1, 256, 2, 4, 4, False),
                                                       (1, 128, 2, 3, 4, False),
                                                       (16, 128, 1, 4, 4, False),
+                                                      (16, 128, 2, 5, 4, False),  # (a row)
                                                       (64, 128, 2, 3, 8, False),
                                                       (128, 128, 2, 3, 4, True)):
             for _ in range(2):
