@@ -55,6 +55,8 @@
 #   OUT=/tmp/out STEPS="fused_act pdl" bash tools/gpu_sweeps.sh (W4A4 in one launch; PDL again)
 #   OUT=/tmp/out STEPS=qdq_rows bash tools/gpu_sweeps.sh       (the wider one-row QDQ tiles)
 #   OUT=/tmp/out STEPS=overlap bash tools/gpu_sweeps.sh        (the overlapped K loop, M = 1 / 16)
+#   OUT=/tmp/out STEPS=fused_mid bash tools/gpu_sweeps.sh      (W4A4's QDQ in the kernel at
+#     M = 64 / 128 on 8192^2, ~1 min)
 #   OUT=/tmp/out STEPS=band bash tools/gpu_sweeps.sh           (the wide tile's programs in bands
 #     of M tiles, M = 1024 / 4096; BAND_W / BAND_MS / BAND_SHAPES narrow it)
 #   OUT=/tmp/out STEPS=quant_tiles bash tools/gpu_sweeps.sh     (quantize / dequantize tiles,
@@ -116,11 +118,19 @@ step overlap "${OVL_S:-300}" python3 tools/tune_linear.py --parts wgmma --ms 1,1
 # Measured once on an H100 (2026-12-07, benchmarks part 36): bands of 4 ahead of the grid order
 # on N = 28672 in all four cells, but inside the order bias of one pass (the table's row, timed
 # first, beat the same config named after it by up to 12 %): ROUNDS rotated passes, medians.
+# Then with 3 / 5 rounds on N = 28672 (H100 2026-12-07 07:40, part 37): bands of 4 opened there
+# for mxfp4 and 8-bit (the table's _G4 rows). Left: mxfp6 (BAND_W=mxfp6_e3m2) and N = 8192.
 B=0:1:1:1:1:0
 step band "${BAND_S:-420}" python3 tools/tune_linear.py --parts wgmma --ms "${BAND_MS:-1024,4096}" \
   --weights "${BAND_W:-mxfp8_e4m3,mxfp4,mxfp6_e3m2}" --out "$OUT/band.json" --rounds "${ROUNDS:-3}" \
   --shapes "${BAND_SHAPES:-8192x8192,28672x8192,8192x28672}" \
   --wgmma-specs "${BAND_SPECS:-256:128:1:2:4:$B:1,256:128:1:2:4:$B:4,256:128:1:2:4:$B:8}"
+# W4A4 with the QDQ inside the kernel at M = 64 / 128 on 8192^2, where W4A4 stays 11-16 % past
+# W4A16 with the QDQ launched first (part 37): the plain grid's first two configs with
+# fuse_act beside the table (ws rows, QDQ launched first), bits checked against the reference
+step fused_mid "${FUSEDM_S:-200}" python3 tools/tune_linear.py --parts wgmma --ms 64,128 \
+  --weights mxfp4:mxfp4 --shapes "${FUSEDM_SHAPES:-8192x8192}" --wgmma-grid fused \
+  --rounds "${ROUNDS:-3}" --out "$OUT/fused_mid.json"
 step fused_act "${FUSED_S:-240}" python3 tools/bench_pdl.py --compare fused \
   --ms "${FUSED_MS:-1,16}" --shapes "${FUSED_SHAPES:-8192x8192,28672x8192,8192x28672}" \
   --out "$OUT/fused_act.json"
