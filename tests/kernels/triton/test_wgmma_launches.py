@@ -394,7 +394,6 @@ def test_the_fused_qdq_layout_splits_no_element_it_need_not(warps: int) -> None:
             assert span[0] <= rows and span[1] <= cols, (rows, cols, span)
 
 
-
 def test_a_table_rows_overlap_runs_the_plain_loop_while_gated_off(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`table_config`: a row measured with the overlapped K loop runs the plain loop (the same
