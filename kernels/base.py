@@ -114,6 +114,12 @@ class LinearKernel:
     def apply(self, x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None) -> Tensor:
         raise NotImplementedError
 
+    def route(self, x: Tensor, prepared: PreparedWeight) -> Optional[str]:
+        """How a call of `x` runs on this weight, in words (a strategy and its config), for
+        `registry bench`; None for a kernel with one way to run, or before the call that plans
+        it (a kernel that plans at a call describes the plan that call made)."""
+        return None
+
     def qdq_activation(self, x: Tensor, prepared: PreparedWeight, backend: str = "auto") -> Tensor:
         """The dispatcher's QDQ of `x` for the contract's activation key (identity: weight-only)."""
         key = prepared.contract.activation

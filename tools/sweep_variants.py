@@ -10,6 +10,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kernels.triton.route import wgmma_words  # noqa: E402
 from kernels.triton.wgmma_config import WgmmaConfig  # noqa: E402
 
 
@@ -33,11 +34,7 @@ SPEC_FIELDS = ("block_m:block_k:split:stages:warps"
 
 
 def wgmma_name(c: WgmmaConfig) -> str:
-    return (f"wgmma {c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
-            f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
-            f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}"
-            f"{' tma' if c.tma_x else ''}{' ws' if c.ws else ''}{' ovl' if c.overlap else ''}"
-            f"{f' g{c.group_m}' if c.group_m != 1 else ''}")
+    return f"wgmma {wgmma_words(c)}"
 
 
 def interleaved(variants: list[tuple[str, object]], rounds: int,

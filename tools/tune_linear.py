@@ -57,6 +57,9 @@ def rel(out: torch.Tensor, want: torch.Tensor) -> float:
     return float((out.double() - want.double()).norm() / want.double().norm())
 
 
+AUTO = "auto (the table)"  # the variant that runs what the table picks
+
+
 class Case:
     """One (contract, N, K): prepared weight copies, the reference output per M."""
 
@@ -250,6 +253,8 @@ def main() -> None:
         rows.append(row)
         err = "-" if res.get("err") is None else f"{res['err']:.1e}"
         extra = f"eager {res['eager_us']:.1f} us " if "eager_us" in res else ""
+        if res.get("route"):
+            extra += f"[{res['route']}] "
         if "us_rounds" in res:  # median of the rounds: their range beside it
             extra += f"rounds {min(res['us_rounds']):.1f}-{max(res['us_rounds']):.1f} us "
         print(f"[{time.time() - t0:6.0f}s] {case.name:28s} {case.n}x{case.k} M={m:<5d} "
@@ -269,7 +274,7 @@ def main() -> None:
             for m in ms:
                 x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
                 want = case.reference(x)
-                variants = [("auto (the table)", lambda x, p: fused_linear(x, p))]
+                variants = [(AUTO, lambda x, p: fused_linear(x, p))]
                 if m <= 16 and "decode" in parts:
                     cfgs = decode_configs(args.quick) if (n, k) == SHAPES[0] else \
                         decode_configs(True)
@@ -313,6 +318,9 @@ def main() -> None:
                                           x, p, config=c))]
                 for name, res in interleaved(variants, args.rounds, lambda call: time_variant(
                         case, x, call, want, dev, args.eager)):
+                    if name == AUTO:  # which row the table ran (the kernel's route)
+                        res = dict(res, route=load_kernel("triton-emulation").route(
+                            x, case.copies[0]))
                     emit(case, m, name, res, base[m])
             del case
             torch.cuda.empty_cache()

@@ -34,6 +34,7 @@ from kernels.triton.mx_codec import KIND_OF_DTYPE, store_fp32
 from kernels.triton.mx_tiles import act_tile, weight_tile
 from kernels.triton import (eager_path, fit, launcher, linear_configs, linear_decode, linear_gemv,
                             linear_mma, linear_wgmma, mx_quant, qdq_plan, wgmma_gates)
+from kernels.triton.route import route_words
 from kernels.triton.wgmma_tiles import act_facts
 from kernels.triton.linear_tiles import KERNEL_NAME as _NAME
 from kernels.select.activation_keys import MX_DYNAMIC_KEYS
@@ -372,6 +373,19 @@ class TritonEmulationLinear(LinearKernel):
 
     def apply(self, x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None) -> Tensor:
         return fused_linear(x, prepared, bias)
+
+    def route(self, x: Tensor, prepared: PreparedWeight) -> Optional[str]:
+        """The plan a call of x (no bias, x's dtype out) made, cached on the weight: strategy,
+        config and where a W*A* layer's activation QDQ runs; None before such a call."""
+        cached = prepared.cache.get(_CACHE_KEY)
+        m = x.numel() // max(x.shape[-1], 1) if x.dim() else 0
+        plan = None if cached is None else cached["plans"].get(
+            (linear_configs.m_bucket(m), x.dtype, x.dtype, x.device, None))
+        if plan is None:
+            return None
+        qdq = ("QDQ in the kernel" if plan.wgmma is not None and plan.wgmma.act else
+               "QDQ launched first" if plan.qdq is not None else "")
+        return route_words(plan.strategy, plan.config, qdq)
 
 
 __all__ = ["TritonEmulationLinear", "fused_linear"]

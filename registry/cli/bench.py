@@ -279,7 +279,7 @@ def render(data: dict) -> str:
              f"D2D copy bandwidth {env['copy_tb_s']:.3f} TB/s (read + write); bf16 activations; "
              f"graph timing: {env['graph_timing']}", ""]
     head = ["scheme", "kernel", "M", "N x K", "graph us", "eager us", "loop us", "bf16 us",
-            "x bf16", "TFLOP/s", "TB/s", "% copy", "check err", "status"]
+            "x bf16", "TFLOP/s", "TB/s", "% copy", "check err", "status", "route"]
     rows = [head]
     for r in data["rows"]:
         graph = r["graph_us"] is not None and r["bf16_graph_us"] is not None  # ratio's basis
@@ -288,7 +288,8 @@ def render(data: dict) -> str:
                      _num(r["graph_us"], ".1f"), _num(r["eager_us"], ".1f"),
                      _num(r.get("loop_us"), ".1f"), _num(bf16, ".1f"),
                      _num(r["ratio"], ".3g"), _num(r["tflops"], ".3g"), _num(r["tb_s"], ".3g"),
-                     _num(r["pct_copy"], ".0f"), _num(r["err"], ".1e"), r["status"]])
+                     _num(r["pct_copy"], ".0f"), _num(r["err"], ".1e"), r["status"],
+                     r.get("route") or "-"])
     lines.append(table(rows) if data["rows"] else "(no rows: nothing to run, see skipped)")
     notes: dict[tuple, list[str]] = {}
     for r in data["rows"]:
@@ -310,7 +311,8 @@ def render(data: dict) -> str:
                   "decode loop: the host's time where it exceeds the GPU's). "
                   "TFLOP/s = 2MNK / time; TB/s = (weight codes + scales "
                   f"+ x + out) bytes / time. check err = max row-wise relative error against "
-                  f"reference-emulation on the first rows (FAIL above {env['check_tol']:.1e})."]
+                  f"reference-emulation on the first rows (FAIL above {env['check_tol']:.1e}). "
+                  "route = how the kernel ran that M (strategy, launch config; '-': one way)."]
     failed = [r for r in data["rows"] if r["status"] != "ok"]
     if failed:
         lines.append(f"{len(failed)} row(s) FAILED or raised: see status and notes")

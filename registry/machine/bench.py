@@ -164,6 +164,7 @@ class BenchRow:
     tb_s: Optional[float] = None  # (weight codes + scales + x + out) bytes / time
     pct_copy: Optional[float] = None  # tb_s as % of the run's D2D copy bandwidth
     bytes: Optional[int] = None
+    route: Optional[str] = None  # how the kernel ran this M (its `route`: strategy, config)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -257,6 +258,8 @@ def _run_task(catalog, t: Task, device, seed, timing, copy_tbs, baselines, progr
         step = "check"
         try:
             _check(row, kernel, ref, x, copies[0], scheme.contract)
+            route = getattr(kernel, "route", None)  # (a plugin's kernel may have none)
+            row.route = route(x, copies[0]) if route is not None else None
             if row.status == "ok":  # a wrong kernel is never timed
                 step = "timing"
                 if (t.n, t.k, m) not in baselines:

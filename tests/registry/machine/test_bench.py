@@ -280,6 +280,19 @@ def test_runner_forced_triton_kernels():
     for row in result.rows:
         _check_row_arithmetic(row, result.environment["copy_tb_s"], DEVICE)
         assert row.forced
+        # the route: what the kernel's call planned (triton-emulation, M = 2: the table's row,
+        # the interpreter's stand-in config on a CPU), nothing for a kernel with one way to run
+        if row.kernel == "triton-emulation":
+            kernel = load_kernel("triton-emulation")
+            scheme = load_schemes().get(row.scheme)
+            x = torch.randn(2, 128).to(torch.bfloat16).to(DEVICE)
+            prepared = kernel.prepare(torch.randn(32, 128).to(DEVICE), scheme.contract)
+            assert kernel.route(x, prepared) is None  # before a call: no plan yet
+            kernel.apply(x, prepared)
+            assert row.route == kernel.route(x, prepared) and row.route, row
+            assert "QDQ" not in row.route or row.scheme == "w_mxfp6_e3m2_a_mxfp6_e3m2", row
+        else:
+            assert row.route is None, row
     skipped = {(s.scheme, s.kernel) for s in result.skipped}
     assert skipped == {("w_mxfp6_e3m2_a_mxfp6_e3m2", "triton-dot-scaled"),
                        ("w_mxfp6_e3m2_a_mxfp6_e3m2", "dequant-weight-only")}
@@ -391,13 +404,14 @@ def test_cli_table_and_progress_lines(capsys, on_cpu):
     head = next(i for i, line in enumerate(lines) if line.startswith("scheme "))
     assert lines[head].split() == ["scheme", "kernel", "M", "N", "x", "K", "graph", "us",
                                    "eager", "us", "loop", "us", "bf16", "us", "x", "bf16",
-                                   "TFLOP/s", "TB/s", "%", "copy", "check", "err", "status"]
+                                   "TFLOP/s", "TB/s", "%", "copy", "check", "err", "status",
+                                   "route"]
     body = [line.split() for line in lines[head + 1: head + 5]]
-    assert [(c[0], c[1], c[2], c[3], c[4], c[-1]) for c in body] == [
-        ("w_mxfp4", "dequant-weight-only", "1", "64x64", "-", "ok"),
-        ("w_mxfp4", "dequant-weight-only", "2", "64x64", "-", "ok"),
-        ("w_mxfp4_a_mxfp4", "reference-emulation", "1", "64x64", "-", "ok"),
-        ("w_mxfp4_a_mxfp4", "reference-emulation", "2", "64x64", "-", "ok")]
+    assert [(c[0], c[1], c[2], c[3], c[4], c[-2], c[-1]) for c in body] == [
+        ("w_mxfp4", "dequant-weight-only", "1", "64x64", "-", "ok", "-"),  # (one way to run)
+        ("w_mxfp4", "dequant-weight-only", "2", "64x64", "-", "ok", "-"),
+        ("w_mxfp4_a_mxfp4", "reference-emulation", "1", "64x64", "-", "ok", "-"),
+        ("w_mxfp4_a_mxfp4", "reference-emulation", "2", "64x64", "-", "ok", "-")]
     # stderr is not a terminal here: one line per finished row
     progress = [line for line in err.splitlines() if line.startswith("[")]
     assert progress[0].startswith("[1/4] w_mxfp4 64x64 M=1 dequant-weight-only: ok (")
@@ -443,7 +457,7 @@ def test_cli_failed_row_exits_1(capsys, on_cpu, monkeypatch):
     code, out, _ = run(capsys, "bench", "w_mxfp4", "--shapes", "64x64", "--m", "1", "--quiet")
     assert code == 1
     row = next(line for line in out.splitlines() if line.startswith("w_mxfp4 "))
-    assert row.split()[-1] == "FAIL" and row.split()[-2] == "2.0e+00"  # -out: err 2 exactly
+    assert row.split()[-3:] == ["2.0e+00", "FAIL", "-"]  # -out: err 2 exactly; route: none
     assert "1 row(s) FAILED or raised" in out and "not timed" in out
 
 
