@@ -1,4 +1,7 @@
-"""Time the MoE grouped-experts layer (Triton vs reference) against a bf16 baseline on a GPU.
+"""Time the MoE grouped-experts layer (Triton vs reference) against a bf16 baseline on a GPU,
+with forced wgmma configs and gates (what the table's rows were measured with); the figures a
+user reproduces come from `registry bench --moe` (registry.machine.bench_moe, the same bf16
+baseline).
 
     python tools/bench_moe.py [--experts 8] [--top-k 2] [--n 2048] [--k 2048] [--t 1,16,256,2048]
     python tools/bench_moe.py --t 2048 --wgmma 128:128:1:3:8,64:128:2:3:8  # forced wgmma configs
@@ -18,41 +21,17 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_linear's config names
 
 from registry import MXGroupedExperts  # noqa: E402
 from kernels.reference.moe import route  # noqa: E402
+from registry.machine.bench_moe import bf16_grouped as bf16_moe  # noqa: E402
 from registry.machine.timing import graph_ms, median_ms  # noqa: E402
 from kernels.triton import moe_wgmma  # noqa: E402
 from gates import open_gates, setting  # noqa: E402
 from sweep_variants import forced_spec, wgmma_name  # noqa: E402
-
-
-def bf16_moe(x, w, ids, weights):
-    """The unquantized grouped computation in bf16: torch._grouped_mm (cuBLAS grouped GEMM, no
-    host sync) where this torch has it, else one F.linear per expert over its tokens."""
-    if hasattr(torch, "_grouped_mm"):
-        top_k = ids.shape[1]
-        flat = ids.reshape(-1)
-        order = torch.sort(flat, stable=True).indices
-        counts = torch.zeros(w.shape[0], dtype=torch.int32, device=x.device)
-        counts.scatter_add_(0, flat.index_select(0, order).int(),
-                            torch.ones_like(flat, dtype=torch.int32))
-        y = torch._grouped_mm(x.index_select(0, order // top_k), w.transpose(-2, -1),
-                              offs=torch.cumsum(counts, 0, dtype=torch.int32))
-        rows = torch.empty_like(y, dtype=torch.float32)
-        rows.index_copy_(0, order, y.float())
-        return (rows.view(x.shape[0], top_k, -1) * weights[..., None]).sum(1).to(x.dtype)
-    out = torch.zeros(x.shape[0], w.shape[1], dtype=torch.float32, device=x.device)
-    for e in range(w.shape[0]):
-        tok, slot = (ids == e).nonzero(as_tuple=True)
-        if tok.numel():
-            y = F.linear(x[tok], w[e]).float() * weights[tok, slot, None]
-            out.index_add_(0, tok, y)
-    return out.to(x.dtype)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from registry.cli.common import UsageError, catalog_of
 from registry.cli.output import print_json, table
 from registry.errors import UnknownSchemeError
-from registry.machine import bench
+from registry.machine import bench, bench_moe
 
 PLOT_INSTALL_HINT = "install matplotlib (pip install 'ocp-mx-registry[plot]')"
 
@@ -41,6 +41,12 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON to stdout, not the table")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    p.add_argument("--moe", metavar="E:TOPK:NxK,...", nargs="?", const="",
+                   help="time MoE layers instead (MXGroupedExperts, routing included) against "
+                        "bf16 torch._grouped_mm with the same routing: E experts, top-k, each "
+                        "N x K (default: " + ",".join(map(str, bench_moe.DEFAULT_MOE_SHAPES))
+                        + "); --m is then tokens T (default: "
+                        + ",".join(map(str, bench_moe.DEFAULT_TOKENS)) + ")")
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -100,6 +106,17 @@ def gpu_device() -> str:
         "matching torch build, e.g. your lab's GPU `device` machine; on a CPU, "
         "registry.machine.bench.run_bench(device='cpu') checks the logic only "
         "(tests/registry/machine/test_bench.py)")
+
+
+def checked_catalog(args: argparse.Namespace):
+    """The catalog with --schemes, every named scheme in it (else the one-line usage error)."""
+    catalog = catalog_of(args)
+    for name in args.scheme_names:
+        try:
+            catalog.get(name)
+        except UnknownSchemeError as e:
+            raise _fail(str(e)) from None
+    return catalog
 
 
 def _fail(message: str) -> UsageError:
@@ -169,6 +186,9 @@ def _command_line(args, shapes, ms) -> str:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    if args.moe is not None:
+        from registry.cli.bench_moe import moe_command
+        return moe_command(args)
     try:
         shapes = parse_shapes(args.shapes) if args.shapes is not None \
             else list(bench.DEFAULT_SHAPES)
@@ -181,12 +201,7 @@ def bench_command(args: argparse.Namespace) -> int:
     if kernels and len(set(kernels)) != len(kernels):
         twice = next(k for k in kernels if kernels.count(k) > 1)
         raise _fail(f"--kernels: {twice} is given twice; name each kernel once")
-    catalog = catalog_of(args)
-    for name in args.scheme_names:
-        try:
-            catalog.get(name)
-        except UnknownSchemeError as e:
-            raise _fail(str(e)) from None
+    catalog = checked_catalog(args)
     from kernels.select.kernel_table import KernelPluginError, kernel_decls
 
     try:
@@ -214,13 +229,7 @@ def bench_command(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     data = result.to_dict()
-    if args.json:
-        print_json(data)
-    else:
-        print(render(data))
-    if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_report(data, args, render)
     if args.plot:
         plot_results(data, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -229,6 +238,18 @@ def bench_command(args: argparse.Namespace) -> int:
               "reasons are in the report's skipped list", file=sys.stderr)
     return 1 if result.failed or not result.rows else 0
 
+
+
+def write_report(data: dict, args: argparse.Namespace, render_text: Any) -> None:
+    """The report on stdout (the JSON with --json, else `render_text(data)`) and in --out's
+    file; linear and MoE runs alike."""
+    if args.json:
+        print_json(data)
+    else:
+        print(render_text(data))
+    if args.out:
+        Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
 
 
 # --- progress --------------------------------------------------------------------------------

@@ -21,30 +21,15 @@ from kernels.select.resolve import resolve
 from kernels.spec.platform import Platform
 from registry import load_schemes
 from registry.cli import bench as commands_bench
-from registry.cli import main
 from registry.machine import bench
 
+from support.cli import FAST, run
 from support.device import DEVICE
 from support.paths import TOOLS
 from support.plugin import install  # noqa: F401 - the fixture that installs the fake plugin
 
 TINY = [(64, 64)]
-FAST = bench.TimingConfig(cpu_calls=1)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def on_cpu(monkeypatch):
-    """Let the CLI run on the CPU (it refuses to, by design) with fast timing."""
-    monkeypatch.setattr(commands_bench, "gpu_device", lambda: "cpu")
-    real = bench.run_bench
-    monkeypatch.setattr(bench, "run_bench", lambda *a, **kw: real(*a, **dict(kw, timing=FAST)))
 
 
 @pytest.fixture
