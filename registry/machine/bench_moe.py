@@ -55,8 +55,10 @@ def parse_moe_shapes(text: str) -> list[MoeShape]:
         parts = item.split(":")
         fields = parts[:2] + parts[2].lower().split("x") if len(parts) == 3 else []
         if len(fields) != 4 or not all(f.isascii() and f.isdigit() for f in fields):
+            hint = "" if ":" in item else "; scheme names go before --moe (registry bench " \
+                "SCHEME ... --moe [SHAPES])"
             raise ValueError(f"--moe: {item!r} is not {SPEC} (e.g. 8:2:2048x2048: 8 experts, "
-                             "top-2, each 2048 x 2048)")
+                             f"top-2, each 2048 x 2048){hint}")
         shape = MoeShape(*(int(f) for f in fields))
         if shape.experts < 1 or not 1 <= shape.top_k <= shape.experts or shape.n < 1 \
                 or shape.k < 1 or shape.k % 32:

@@ -129,6 +129,7 @@ def test_cli_moe_table_json_and_exit(capsys, on_cpu, tmp_path) -> None:
     (["--moe", "4:2:64"], "'4:2:64' is not E:TOPK:NxK"),
     (["--moe", "4:2:64x64", "--m", "0"], "--m: '0' is not a positive integer"),
     (["nope", "--moe"], "no scheme or alias named 'nope'"),
+    (["--moe", "w_mxfp4"], "scheme names go before --moe"),
 ])
 def test_cli_moe_refusals_are_one_line_before_any_work(capsys, monkeypatch, argv, needle):
     def refuse(*a, **kw):
