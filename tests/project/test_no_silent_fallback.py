@@ -157,6 +157,8 @@ ALLOWED = {
     ("registry/machine/bench.py", "environment"): "an absent optional module is recorded as absent",
     ("kernels/spec/platform.py", "driver_version"): "the driver version is reported as unknown",
     ("registry/machine/bench.py", "plan_bench"): REPORTED + ": a skipped row with the reason",
+    ("registry/machine/bench_moe.py", "_run_shape"): REPORTED + ": a skipped shape with "
+                                                    "resolve's reason, or FAIL / ERROR rows",
     ("registry/cli/app.py", "main"): "usage errors, --help and closed pipes end the command",
     ("registry/checkpoints/inspect.py", "_check_quantized"): REPORTED + ": a finding naming the "
         "tensor (exit 1)",
