@@ -238,6 +238,12 @@ def _check_call(x: Tensor, prepared: PreparedWeight, out_dtype: torch.dtype,
     check_bias(bias, n, x.device, _NAME)
 
 
+def _plan_key(m: int, x: Tensor, out_dtype: torch.dtype, bias: Tensor | None) -> tuple:
+    """The key of the plan cache (`cached["plans"]`): calls of one key share a plan."""
+    return (linear_configs.m_bucket(m), x.dtype, out_dtype, x.device,
+            None if bias is None else (bias.dtype, bias.device, bias.shape))
+
+
 def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None, *,
                  out_dtype: torch.dtype | None = None, strategy: str | None = None,
                  config: object = None) -> Tensor:
@@ -273,8 +279,7 @@ def fused_linear(x: Tensor, prepared: PreparedWeight, bias: Tensor | None = None
     if m == 0:  # nothing to run: the checks alone
         _check_call(x, prepared, out_dtype, bias, n)
         return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
-    pkey = (linear_configs.m_bucket(m), x.dtype, out_dtype, x.device,
-            None if bias is None else (bias.dtype, bias.device, bias.shape))
+    pkey = _plan_key(m, x, out_dtype, bias)
     plans = cached["plans"]
     plan = plans.get(pkey) if strategy is None and config is None else None
     if plan is None:
@@ -379,8 +384,7 @@ class TritonEmulationLinear(LinearKernel):
         config and where a W*A* layer's activation QDQ runs; None before such a call."""
         cached = prepared.cache.get(_CACHE_KEY)
         m = x.numel() // max(x.shape[-1], 1) if x.dim() else 0
-        plan = None if cached is None else cached["plans"].get(
-            (linear_configs.m_bucket(m), x.dtype, x.dtype, x.device, None))
+        plan = None if cached is None else cached["plans"].get(_plan_key(m, x, x.dtype, None))
         if plan is None:
             return None
         qdq = ("QDQ in the kernel" if plan.wgmma is not None and plan.wgmma.act else

@@ -280,14 +280,19 @@ def _run_task(catalog, t: Task, device, seed, timing, copy_tbs, baselines, progr
                 row.bf16_loop_us = bf16_loop * 1e3
                 row.ratio_loop = row.bf16_loop_us / row.loop_us
         except Exception as e:  # noqa: BLE001 - reported in the row, never dropped
-            row.status = "ERROR"
-            row.notes.append(f"{step} raised {type(e).__name__}: {e}".replace("\n", " "))
+            mark_raised(row, step, e)
         progress("row", done + i, total, row)
         rows.append(row)
     del copies
     if _is_cuda(device):
         torch.cuda.empty_cache()
     return rows
+
+
+def mark_raised(row, step: str, error: Exception) -> None:
+    """A row whose `step` ("check" / "timing") raised: ERROR, and what raised in one line."""
+    row.status = "ERROR"
+    row.notes.append(f"{step} raised {type(error).__name__}: {error}".replace("\n", " "))
 
 
 def _check(row: BenchRow, kernel, ref, x, prepared, contract) -> None:
@@ -338,17 +343,26 @@ def _time_loop(operands: list, call, device, timing: TimingConfig) -> float:
     return loop_ms(lambda: call(next(ops)), device, cpu_calls=timing.cpu_calls)
 
 
-def _fill_figures(row: BenchRow, base, copy_tbs: float) -> None:
+def fill_ratio(row, base) -> float:
+    """The bf16 baseline's times (`base`: `_time_both`'s ms) on a row with its own graph_us /
+    eager_us, and `ratio`: graph where both have one, else eager (the baseline's graph failure
+    noted once). Returns the kernel time (us) the ratio used. Linear and MoE rows alike."""
     b_graph, b_eager, b_note = base
     row.bf16_graph_us = None if b_graph is None else b_graph * 1e3
     row.bf16_eager_us = b_eager * 1e3
-    row.ratio_eager = row.bf16_eager_us / row.eager_us
     if row.graph_us is not None and row.bf16_graph_us is not None:
-        row.ratio, t_us = row.bf16_graph_us / row.graph_us, row.graph_us
-    else:
-        row.ratio, t_us = row.ratio_eager, row.eager_us
-        if b_note and b_note not in row.notes:  # the kernel's graph worked, the baseline's not
-            row.notes.append(f"bf16 baseline: {b_note}")
+        row.ratio = row.bf16_graph_us / row.graph_us
+        return row.graph_us
+    row.ratio = row.bf16_eager_us / row.eager_us
+    note = f"bf16 baseline: {b_note}"
+    if b_note and note not in row.notes:  # the kernel's graph worked, the baseline's not
+        row.notes.append(note)
+    return row.eager_us
+
+
+def _fill_figures(row: BenchRow, base, copy_tbs: float) -> None:
+    t_us = fill_ratio(row, base)
+    row.ratio_eager = row.bf16_eager_us / row.eager_us
     row.tflops = 2 * row.m * row.n * row.k / (t_us * 1e-6) / 1e12
     row.tb_s = row.bytes / (t_us * 1e-6) / 1e12
     row.pct_copy = 100 * row.tb_s / copy_tbs

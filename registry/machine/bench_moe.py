@@ -24,7 +24,7 @@ from typing import Iterator, Optional, Sequence
 from registry.files.catalog import Catalog
 from registry.machine.bench import (
     ERR_TOL, WEIGHT_STD, Progress, Skip, TimingConfig, _is_cuda, _time_both, copy_bandwidth,
-    environment,
+    environment, fill_ratio, mark_raised,
 )
 
 
@@ -231,8 +231,7 @@ def _run_shape(scheme, shape: MoeShape, tokens: Sequence[int], device, seed: int
                                                 device, timing)
                 _fill(row, graph, eager, note, baselines[key])
         except Exception as e:  # noqa: BLE001 - reported in the row, never dropped
-            row.status = "ERROR"
-            row.notes.append(f"{step} raised {type(e).__name__}: {e}".replace("\n", " "))
+            mark_raised(row, step, e)
         say("row", done + i, total, row)
         rows.append(row)
     return rows
@@ -255,18 +254,10 @@ def _check(row: MoeRow, out, want) -> None:
 
 
 def _fill(row: MoeRow, graph, eager, note, base) -> None:
-    b_graph, b_eager, b_note = base
     row.graph_us = None if graph is None else graph * 1e3
     row.eager_us = eager * 1e3
-    row.bf16_graph_us = None if b_graph is None else b_graph * 1e3
-    row.bf16_eager_us = b_eager * 1e3
     row.notes += [note] if note else []
-    if row.graph_us is not None and row.bf16_graph_us is not None:
-        row.ratio = row.bf16_graph_us / row.graph_us
-    else:
-        row.ratio = row.bf16_eager_us / row.eager_us
-        if b_note:
-            row.notes.append(f"bf16 baseline: {b_note}")
+    fill_ratio(row, base)
 
 
 __all__ = ["DEFAULT_MOE_SHAPES", "DEFAULT_TOKENS", "MoeResult", "MoeRow", "MoeShape",
