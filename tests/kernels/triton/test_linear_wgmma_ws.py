@@ -466,7 +466,7 @@ def test_wide_m_matches_the_reference(n: int, k: int, fmt: str, monkeypatch) -> 
 
 
 @gpu
-@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp8_e4m3", "mxint8"))  # (the table's banded rows)
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8"))  # (banded rows; mxfp6 measured)
 def test_banded_program_order_gives_the_same_bits(fmt: str, monkeypatch) -> None:
     """group_m > 1 (the wide tile's programs in bands of M tiles, wgmma_tiles.tile_ids): bit for
     bit the grid order's output, every output tile written once — 5 weight tiles x 2-5 M tiles,
