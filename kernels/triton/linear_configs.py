@@ -112,6 +112,8 @@ _WS_WIDE_2_S2 = dataclasses.replace(_WS_WIDE_2, split=2)
 #   721.7 (5-6 %); mxfp4 M = 4096 2707.7 / 2790.4 -> 2672.0 / 2749.0, M = 1024 691.0 / 698.7
 #   -> 691.4 / 690.0 (0-1.5 %, inside the spread; part 36 had 3-5 %). On 8192 x 28672 mxfp8
 #   gained 3-4 % and mxfp4 -2 / +2 % in one run (N = 8192 keeps the row without bands).
+#   mxfp6 e3m2 (part 38, 3 rounds), M = 1024 / 4096: 748.3 / 3083.7 -> 714.2 / 3003.9 (28672 x
+#   8192), 699.0 / 2842.2 -> 695.4 / 2772.0 (8192 x 28672).
 _WS_WIDE_3_G4 = dataclasses.replace(_WS_WIDE_3, group_m=4)
 _WS_WIDE_2_G4 = dataclasses.replace(_WS_WIDE_2, group_m=4)
 _WS_64 = WgmmaConfig(block_m=64, block_k=256, split=1, stages=4, tma_x=True, ws=True)
@@ -286,6 +288,7 @@ TABLE: tuple[Choice, ...] = (
     Choice("other", LARGE_M, "wgmma", _WS_WIDE_2, k_min=7168, experts=True),  # (above)
     Choice("other", 256, "wgmma", _WS_WIDE_2, n_min=16384),
     Choice("other", 256, "wgmma", _WS_WIDE_2_S2),  # (as mxfp8: not measured)
+    Choice("other", LARGE_M, "wgmma", _WS_WIDE_2_G4, n_min=16384),
     Choice("other", LARGE_M, "wgmma", _WS_WIDE_2),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)

@@ -238,7 +238,11 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     for family, stages in ((fp4, 3), (fp8, 2), (int8, 2), (fp6, 2)):
         for m in (129, 4096):
             strategy, cfg = le.strategy_for(m, bf, bf, None, True, family, n=8192, k=8192)
-            assert (strategy, cfg.block_m, cfg.ws, cfg.stages) == ("wgmma", 256, True, stages)
+            assert (strategy, cfg.block_m, cfg.ws, cfg.stages, cfg.group_m) == (
+                "wgmma", 256, True, stages, 1)
+        # ... in bands of 4 M tiles on wide layers (N >= 16384; benchmarks parts 37 / 38)
+        wide = le.strategy_for(4096, bf, bf, None, True, family, n=28672, k=8192)[1]
+        assert (wide.block_m, wide.stages, wide.group_m) == (256, stages, 4), family
         assert le.strategy_for(129, bf, bf, None, True, family, skip=("wgmma",), n=8192,
                                k=8192)[0] == "dequant-gemm"
     assert le.strategy_for(128, bf, bf, None, True, fp4, n=8192, k=8192)[1].block_m == 128
