@@ -353,9 +353,10 @@ def plot_results(data: dict, path: str) -> None:
     ms = sorted({r["m"] for r in rows})
     by = {(r["scheme"], r["kernel"], r["n"], r["k"], r["m"]): r for r in rows}
     ratios = [r["ratio"] for r in rows if r["ratio"]]
-    legend_rows = (len(series) + 2) // 3 + 1
     width = min(24.0, max(8.0, 0.22 * len(ms) * max(1, len(series)) + 2.0))
-    height = 3.6 * len(shapes) + 0.25 * legend_rows + 1.0
+    ncol = max(1, min(3, int(width // 5)))
+    legend_rows = -(-(len(series) + 1) // ncol)  # (+1: the bf16 line)
+    height = 3.6 * len(shapes) + 0.22 * legend_rows + 1.0
     fig = Figure(figsize=(width, height))
     axes = fig.subplots(len(shapes), 1, squeeze=False, sharey=True)[:, 0]
     bar = 0.8 / max(1, len(series))
@@ -382,7 +383,6 @@ def plot_results(data: dict, path: str) -> None:
     fig.suptitle(f"time of bf16 F.linear / time of the kernel (higher is faster)\n"
                  f"{env['device']} ({env['platform']}), torch {env['torch']}, {env['date']}")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=max(1, min(3, int(width // 5))),
-               fontsize="small")
-    fig.tight_layout(rect=(0, 0.28 * legend_rows / height, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize="small")
+    fig.tight_layout(rect=(0, (0.22 * legend_rows + 0.3) / height, 1, 1))  # legend below
     fig.savefig(path, dpi=100, bbox_inches="tight")

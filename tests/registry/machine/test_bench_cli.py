@@ -130,3 +130,28 @@ def test_cli_nothing_ran_exits_1(capsys, on_cpu):
     assert ("w_mxfp8_e4m3_a_mxfp8_e4m3 scaled-mm-mx (64x128): does not run on cpu (runs on "
             "cuda:sm100+)") in out
     assert "registry bench: nothing ran" in err
+
+
+def test_plot_legend_sits_below_the_panels(monkeypatch, tmp_path):
+    """Six series on three shapes (the 2026-12-07 H100 run): the legend, one column at that
+    width, once covered the last panel's M labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figures = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig",
+                        lambda self, *a, **kw: (figures.append(self), real(self, *a, **kw)))
+    ms = (1, 16, 64, 128, 1024, 4096)
+    for schemes, shapes in ((6, ((64, 64), (128, 64), (64, 128))), (1, ((64, 64),)),
+                            (14, ((64, 64), (128, 64)))):
+        rows = [dict(scheme=f"w_scheme_number_{j}", kernel="triton-emulation", n=n, k=k, m=m,
+                     ratio=1.0 + j / 10, status="ok")
+                for j in range(schemes) for n, k in shapes for m in ms]
+        env = {"device": "d", "platform": "p", "torch": "t", "date": "today"}
+        commands_bench.plot_results({"rows": rows, "environment": env}, str(tmp_path / "p.png"))
+        fig = figures.pop()
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        legend_top = fig.legends[0].get_window_extent(renderer).y1
+        lowest = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes)
+        assert lowest > legend_top, (schemes, len(shapes), lowest, legend_top)
