@@ -3,8 +3,9 @@
 Arguments are checked first (schemes, shapes, M, kernels: known, implementing a named scheme,
 fitting every shape; output paths writable, matplotlib for --plot), then torch and the GPU:
 any of them wrong stops the command with one line and exit 2 before any work. The runner is
-registry.machine.bench; this module adds the progress line, the table, the JSON / file outputs
-and the plot. torch and matplotlib are imported only inside `bench_command`.
+registry.machine.bench; this module adds the progress line, the table and the JSON / file
+outputs (the plot: registry.cli.bench_plot). torch and matplotlib are imported only inside
+`bench_command`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from registry.cli.bench_plot import LINEAR, PlotSpec, plot_results
 from registry.cli.common import UsageError, catalog_of
 from registry.cli.output import print_json, table
 from registry.errors import UnknownSchemeError
@@ -213,12 +215,7 @@ def bench_command(args: argparse.Namespace) -> int:
             raise _fail(f"--kernels: unknown kernel {name!r}; known kernels: {', '.join(known)}")
     if kernels:
         _check_forced_kernels(catalog, args.scheme_names, kernels, shapes)
-    _check_output_path("--out", args.out)
-    _check_output_path("--plot", args.plot)
-    if args.out and args.plot and Path(args.out).resolve() == Path(args.plot).resolve():
-        raise _fail(f"--out and --plot name the same file {args.out}; give two files")
-    if args.plot:
-        require_matplotlib()
+    check_outputs(args)
     device = gpu_device()  # catalog_of has said every scheme-file problem on stderr
 
     progress = ProgressLine(sys.stderr, quiet=args.quiet)
@@ -228,11 +225,7 @@ def bench_command(args: argparse.Namespace) -> int:
                                  command=_command_line(args, shapes, ms))
     finally:
         progress.close()
-    data = result.to_dict()
-    write_report(data, args, render)
-    if args.plot:
-        plot_results(data, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+    write_report(result.to_dict(), args, render, LINEAR)
     if not result.rows:
         print("registry bench: nothing ran: every (scheme, shape, kernel) was skipped; the "
               "reasons are in the report's skipped list", file=sys.stderr)
@@ -240,9 +233,21 @@ def bench_command(args: argparse.Namespace) -> int:
 
 
 
-def write_report(data: dict, args: argparse.Namespace, render_text: Any) -> None:
-    """The report on stdout (the JSON with --json, else `render_text(data)`) and in --out's
-    file; linear and MoE runs alike."""
+def check_outputs(args: argparse.Namespace) -> None:
+    """--out and --plot writable, two files, matplotlib importable for --plot: before any
+    work (linear and MoE runs alike)."""
+    _check_output_path("--out", args.out)
+    _check_output_path("--plot", args.plot)
+    if args.out and args.plot and Path(args.out).resolve() == Path(args.plot).resolve():
+        raise _fail(f"--out and --plot name the same file {args.out}; give two files")
+    if args.plot:
+        require_matplotlib()
+
+
+def write_report(data: dict, args: argparse.Namespace, render_text: Any,
+                 plot: PlotSpec) -> None:
+    """The report on stdout (the JSON with --json, else `render_text(data)`), in --out's file
+    and drawn in --plot's (`plot` says how); linear and MoE runs alike."""
     if args.json:
         print_json(data)
     else:
@@ -250,6 +255,9 @@ def write_report(data: dict, args: argparse.Namespace, render_text: Any) -> None
     if args.out:
         Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
+    if args.plot:
+        plot_results(data, args.plot, plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
 
 
 # --- progress --------------------------------------------------------------------------------
@@ -338,51 +346,3 @@ def render(data: dict) -> str:
     if failed:
         lines.append(f"{len(failed)} row(s) FAILED or raised: see status and notes")
     return "\n".join(lines)
-
-
-def plot_results(data: dict, path: str) -> None:
-    """Bars of the ratio to bf16 grouped by M, one panel per N x K (stacked), one colour per
-    (scheme, kernel); a dashed line at 1 (bf16). A failed row has no bar but its status."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise _fail(f"--plot: {PLOT_INSTALL_HINT}") from None
-    rows = data["rows"]
-    shapes = list(dict.fromkeys((r["n"], r["k"]) for r in rows)) or [(0, 0)]
-    series = list(dict.fromkeys((r["scheme"], r["kernel"]) for r in rows))
-    ms = sorted({r["m"] for r in rows})
-    by = {(r["scheme"], r["kernel"], r["n"], r["k"], r["m"]): r for r in rows}
-    ratios = [r["ratio"] for r in rows if r["ratio"]]
-    width = min(24.0, max(8.0, 0.22 * len(ms) * max(1, len(series)) + 2.0))
-    ncol = max(1, min(3, int(width // 5)))
-    legend_rows = -(-(len(series) + 1) // ncol)  # (+1: the bf16 line)
-    height = 3.6 * len(shapes) + 0.22 * legend_rows + 1.0
-    fig = Figure(figsize=(width, height))
-    axes = fig.subplots(len(shapes), 1, squeeze=False, sharey=True)[:, 0]
-    bar = 0.8 / max(1, len(series))
-    for ax, (n, k) in zip(axes, shapes):
-        for j, (s, kern) in enumerate(series):
-            xs = [i - 0.4 + bar * (j + 0.5) for i in range(len(ms))]
-            got = [by.get((s, kern, n, k, m)) for m in ms]
-            ax.bar(xs, [r["ratio"] if r and r["ratio"] else float("nan") for r in got], bar,
-                   label=f"{s} / {kern}", color=f"C{j % 10}",
-                   hatch=None if j < 10 else "//")
-            for x, r in zip(xs, got):
-                if r is not None and r["status"] != "ok":
-                    ax.text(x, 1.0, r["status"], rotation=90, ha="center", va="bottom",
-                            color="red", fontsize="x-small")
-        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="bf16 F.linear")
-        ax.set_xticks(range(len(ms)))
-        ax.set_xticklabels([f"M={m}" for m in ms])
-        ax.set_title(f"N x K = {n} x {k}")
-        ax.set_ylabel("speed-up over bf16 (x)")
-        ax.grid(axis="y", alpha=0.3)
-    if ratios and max(ratios) / min(ratios) > 20:
-        axes[0].set_yscale("log")
-    env = data["environment"]
-    fig.suptitle(f"time of bf16 F.linear / time of the kernel (higher is faster)\n"
-                 f"{env['device']} ({env['platform']}), torch {env['torch']}, {env['date']}")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize="small")
-    fig.tight_layout(rect=(0, (0.22 * legend_rows + 0.3) / height, 1, 1))  # legend below
-    fig.savefig(path, dpi=100, bbox_inches="tight")

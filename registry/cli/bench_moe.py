@@ -1,9 +1,10 @@
 """`registry bench --moe`: time MoE layers (the kernel resolve picks, routing included) against
 bf16 torch._grouped_mm with the same routing, on this machine's GPU.
 
-The arguments are checked first (shapes, tokens, schemes, the output path; --shapes, --kernels
-and --plot belong to the linear benchmark and are refused with --moe), then torch and the GPU,
-all before any work, as `registry bench` does. The runner is registry.machine.bench_moe.
+The arguments are checked first (shapes, tokens, schemes, the output paths, matplotlib for
+--plot; --shapes and --kernels belong to the linear benchmark and are refused with --moe), then
+torch and the GPU, all before any work, as `registry bench` does. The runner is
+registry.machine.bench_moe.
 """
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ import argparse
 import sys
 
 from registry.cli.bench import (
-    _check_output_path, _fail, _num, checked_catalog, gpu_device, parse_ms, write_report,
+    _fail, _num, check_outputs, checked_catalog, gpu_device, parse_ms, write_report,
 )
+from registry.cli.bench_plot import MOE
 from registry.cli.output import table
 from registry.machine import bench_moe
 
 
 def moe_command(args: argparse.Namespace) -> int:
-    for option, value in (("--shapes", args.shapes), ("--kernels", args.kernels),
-                          ("--plot", args.plot)):
+    for option, value in (("--shapes", args.shapes), ("--kernels", args.kernels)):
         if value is not None:
             raise _fail(f"{option} is the linear benchmark's; with --moe give the MoE shapes "
                         f"as --moe {bench_moe.SPEC},... (the kernel is the one resolve picks)")
@@ -30,7 +31,7 @@ def moe_command(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise _fail(str(e)) from None
     catalog = checked_catalog(args)
-    _check_output_path("--out", args.out)
+    check_outputs(args)
     device = gpu_device()
     command = " ".join(["registry", "bench", *args.scheme_names, "--moe",
                         ",".join(map(str, shapes)), "--m", ",".join(map(str, tokens)),
@@ -38,7 +39,7 @@ def moe_command(args: argparse.Namespace) -> int:
     result = bench_moe.run_moe_bench(args.scheme_names or None, shapes, tokens, device=device,
                                      catalog=catalog, seed=args.seed, command=command,
                                      progress=None if args.quiet else _progress)
-    write_report(result.to_dict(), args, render_moe)
+    write_report(result.to_dict(), args, render_moe, MOE)
     if not result.rows:
         print("registry bench --moe: nothing ran: no MoE kernel runs the schemes here; the "
               "reasons are in the report's skipped list", file=sys.stderr)

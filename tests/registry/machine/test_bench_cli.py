@@ -7,6 +7,7 @@ import json
 
 from kernels.reference.linear import DequantWeightOnlyLinear
 from registry.cli import bench as commands_bench
+from registry.cli import bench_plot
 from registry.machine import bench
 
 from support.cli import FAST, run
@@ -149,7 +150,7 @@ def test_plot_legend_sits_below_the_panels(monkeypatch, tmp_path):
                      ratio=1.0 + j / 10, status="ok")
                 for j in range(schemes) for n, k in shapes for m in ms]
         env = {"device": "d", "platform": "p", "torch": "t", "date": "today"}
-        commands_bench.plot_results({"rows": rows, "environment": env}, str(tmp_path / "p.png"))
+        bench_plot.plot_results({"rows": rows, "environment": env}, str(tmp_path / "p.png"))
         fig = figures.pop()
         renderer = FigureCanvasAgg(fig).get_renderer()
         legend_top = fig.legends[0].get_window_extent(renderer).y1

@@ -127,10 +127,30 @@ def test_cli_moe_table_json_and_exit(capsys, on_cpu, tmp_path) -> None:
         "[1/2] w_mxfp4 E=4 top-2 64x64 T=1 ")
 
 
+def test_cli_moe_plot(capsys, on_cpu, tmp_path, monkeypatch) -> None:
+    """--plot with --moe: one panel a MoE shape, bars along T (registry.cli.bench_plot.MOE)."""
+    from matplotlib.figure import Figure
+
+    titles = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **kw: (
+        titles.append([ax.get_title() for ax in self.axes] + [self._suptitle.get_text()]),
+        real(self, *a, **kw)))
+    png = tmp_path / "moe.png"
+    code, _, err = run(capsys, "bench", "w_mxfp4", "--moe", "4:2:64x64,2:1:32x64", "--m", "1,2",
+                       "--plot", str(png), "--quiet")
+    assert code == 0 and f"wrote {png}" in err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (got,) = titles
+    assert got[:2] == ["E = 4, top-2, N x K = 64 x 64", "E = 2, top-1, N x K = 32 x 64"]
+    assert got[2].startswith("time of bf16 torch._grouped_mm / time of the layer")
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--moe", "4:2:64x64", "--shapes", "64x64"], "--shapes is the linear benchmark's"),
     (["--moe", "4:2:64x64", "--kernels", "triton-emulation"], "--kernels is the linear"),
-    (["--moe", "4:2:64x64", "--plot", "p.png"], "--plot is the linear"),
+    (["--moe", "4:2:64x64", "--plot", "/nonexistent-dir/p.png"], "does not exist; create it"),
+    (["--moe", "4:2:64x64", "--out", "same.x", "--plot", "same.x"], "name the same file"),
     (["--moe", "4:2:64"], "'4:2:64' is not E:TOPK:NxK"),
     (["--moe", "4:2:64x64", "--m", "0"], "--m: '0' is not a positive integer"),
     (["nope", "--moe"], "no scheme or alias named 'nope'"),
