@@ -23,7 +23,6 @@ work runs only at capture: a replay keeps reading the tensors captured then, so 
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any, Optional
 
 import torch
@@ -31,53 +30,36 @@ from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.mx import mx_dequantize
+from kernels.op_handles import HandleTable, UnknownHandleError
 from kernels.spec.contract import MX_BLOCK
 
-_ENTRIES: dict[int, tuple[LinearKernel, PreparedWeight]] = {}
-_NEXT_HANDLE = itertools.count(1)
+_TABLE = HandleTable("ocp_mx::linear", "kernels.linear_op.register_prepared")
 _is_compiling = torch.compiler.is_compiling
-
-
-class UnknownHandleError(LookupError):
-    """`ocp_mx::linear` was given a handle no live layer registered."""
 
 
 def register_prepared(kernel: LinearKernel, prepared: PreparedWeight) -> int:
     """A new handle naming (kernel, prepared) for `ocp_mx::linear`; `release` it when done."""
-    handle = next(_NEXT_HANDLE)
-    _ENTRIES[handle] = (kernel, prepared)
-    return handle
+    return _TABLE.register((kernel, prepared))
 
 
 def update_prepared(handle: int, kernel: LinearKernel, prepared: PreparedWeight) -> None:
     """Point an existing handle at a re-prepared weight (or a re-resolved kernel)."""
-    if handle not in _ENTRIES:
-        raise UnknownHandleError(_unknown(handle))
-    _ENTRIES[handle] = (kernel, prepared)
+    _TABLE.update(handle, (kernel, prepared))
 
 
 def release(handle: int) -> None:
     """Forget `handle` (no error when it is already gone: finalizers may run late)."""
-    _ENTRIES.pop(handle, None)
+    _TABLE.release(handle)
 
 
 def live_handles() -> int:
     """How many handles are registered (the tests' leak check)."""
-    return len(_ENTRIES)
-
-
-def _unknown(handle: int) -> str:
-    return (f"ocp_mx::linear: unknown handle {handle} (released, or registered in another "
-            "process); build the MX layer in this process and keep it alive while its compiled "
-            "graph runs (kernels.linear_op.register_prepared gives a handle)")
+    return len(_TABLE)
 
 
 def lookup(handle: int) -> tuple[LinearKernel, PreparedWeight]:
     """The (kernel, prepared) pair of `handle`; a one-line UnknownHandleError if there is none."""
-    entry = _ENTRIES.get(handle)
-    if entry is None:
-        raise UnknownHandleError(_unknown(handle))
-    return entry
+    return _TABLE.lookup(handle)
 
 
 def _shares_storage(out: Tensor, inputs: tuple[Optional[Tensor], ...]) -> bool:

@@ -26,6 +26,10 @@ reference-moe runs it through the dispatcher, triton-moe runs triton-qdq's code 
 launch (declared: it `uses` triton-qdq, so disabling triton-qdq refuses it). `backend=`
 "triton" / "reference" forces both choices (a `forced` deviation; strict mode refuses it);
 triton-moe runs on the CPU only forced and under TRITON_INTERPRET=1.
+
+torch.compile (fullgraph=True): the routing is traced as torch ops and the experts run as one
+`ocp_mx::grouped_experts` custom op (kernels/moe_op.py) keyed by the layer's handle; eager calls
+run the kernel directly. No gradients through the compiled op (a backward raises).
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor, nn
 
-from kernels import choice
+from kernels import choice, moe_op
 from kernels.base import static_scale
 from kernels.dispatch import activation_qdq
 from kernels.mx import FLOAT_DTYPES, MXTensor, check_device, mx_quantize
@@ -49,6 +53,7 @@ from kernels.spec.platform import Platform, device_platform
 BACKENDS: tuple[str, ...] = choice.backends("moe")
 SchemeLike = HasContract | SchemeContract
 ExpertWeights = Tensor | MXTensor | Sequence[MXTensor]
+_is_compiling = torch.compiler.is_compiling
 _WHERE = "MXGroupedExperts"
 
 
@@ -160,6 +165,12 @@ class MXGroupedExperts(nn.Module):
         self.register_buffer("weight_scales", mx.scales)
         self.register_buffer("act_scale", scale)
         self._triton_cache: dict = {}
+        self._handle = moe_op.register_layer(self)  # what torch.compile's op names it by
+
+    def __setstate__(self, state: dict) -> None:
+        """A copy (copy.deepcopy, pickle) gets a handle of its own: the original's dies with it."""
+        super().__setstate__(state)
+        self._handle = moe_op.register_layer(self)
 
     @property
     def kernel_name(self) -> str:
@@ -223,7 +234,7 @@ class MXGroupedExperts(nn.Module):
                              f"{self.num_experts}] (the number of experts)")
         ids, weights = route(router_logits.reshape(-1, self.num_experts), top_k,
                              renormalize=self.renormalize)
-        return self._run(x2d, ids, weights, out_dtype).view(*lead, self.out_features)
+        return self._experts(x2d, ids, weights, out_dtype).view(*lead, self.out_features)
 
     def forward_routed(self, x: Tensor, topk_ids: Tensor, topk_weights: Tensor, *,
                        out_dtype: torch.dtype | None = None) -> Tensor:
@@ -235,10 +246,11 @@ class MXGroupedExperts(nn.Module):
                 got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
                 raise ValueError(f"{_WHERE}: {name} {got} must be [{', '.join(map(str, lead))}"
                                  f"{', ' if lead else ''}top_k] (x's token dims, then top_k)")
+        traced = _is_compiling()  # the ids' range needs their values: the op checks it then
         ids, weights = check_routing(topk_ids.reshape(tokens, -1), topk_weights.reshape(tokens, -1),
-                                     tokens, self.num_experts)
-        return self._run(x2d, ids.to(x.device), weights.to(x.device),
-                         out_dtype).view(*lead, self.out_features)
+                                     tokens, self.num_experts, check_range=not traced)
+        return self._experts(x2d, ids.to(x.device), weights.to(x.device), out_dtype,
+                             check_range=traced).view(*lead, self.out_features)
 
     # ------------------------------------------------------------------------- internals
     def _check_x(self, x: Tensor) -> tuple[Tensor, torch.Size]:
@@ -254,11 +266,25 @@ class MXGroupedExperts(nn.Module):
                              f"{self.weight_data.device}; move them to one device (module.to)")
         return x.reshape(-1, self.in_features), x.shape[:-1]
 
-    def _run(self, x2d: Tensor, ids: Tensor, weights: Tensor,
-             out_dtype: torch.dtype | None) -> Tensor:
+    def _experts(self, x2d: Tensor, ids: Tensor, weights: Tensor, out_dtype: torch.dtype | None,
+                 *, check_range: bool = False) -> Tensor:
+        """The experts for routed tokens: the `ocp_mx::grouped_experts` op while torch.compile
+        traces (kernels/moe_op.py), else `run_routed` directly (no op dispatch per call)."""
         if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
             raise ValueError(f"{_WHERE}: out_dtype {out_dtype} is not float32, bfloat16 or "
                              "float16")
+        if _is_compiling():
+            return torch.ops.ocp_mx.grouped_experts(
+                x2d, self.weight_data, self.weight_scales, self.act_scale, ids, weights,
+                check_range, self._handle, out_dtype)
+        return self.run_routed(x2d, ids, weights, out_dtype, check_range=check_range)
+
+    def run_routed(self, x2d: Tensor, ids: Tensor, weights: Tensor,
+                   out_dtype: torch.dtype | None, *, check_range: bool = False) -> Tensor:
+        """x [T, K], checked routing [T, top_k] (its ids' range too when `check_range`) ->
+        [T, N]: the kernel resolved for where x is (again if the layer moved)."""
+        if check_range:
+            check_routing(ids, weights, x2d.shape[0], self.num_experts)
         platform = device_platform(x2d.device)
         if platform != self._platform:  # the layer moved: resolve again for where it runs now
             self._resolve_for(platform)

@@ -20,6 +20,7 @@ from kernels.linear_op import UnknownHandleError, live_handles, release
 from registry.nn.layers import MXLinear
 
 from support.bad_tensors import one_line_error
+from support.compile_recorder import Recorder
 
 SCHEMES = ("w_mxfp4", "w_mxfp4_a_mxfp4")  # weight-only and weight + activation QDQ
 
@@ -42,21 +43,6 @@ def make_model(scheme: str, last_bias: bool = False) -> nn.Sequential:
 
 def inputs(*lead: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*lead, 64, generator=torch.Generator().manual_seed(sum(lead)), dtype=dtype)
-
-
-class Recorder:
-    """A backend that keeps every graph Dynamo hands it and runs it as is."""
-
-    def __init__(self) -> None:
-        self.graphs: list[torch.fx.GraphModule] = []
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> object:
-        self.graphs.append(gm)
-        return gm.forward
-
-    def op_calls(self) -> list[torch.fx.Node]:
-        return [n for g in self.graphs for n in g.graph.nodes
-                if n.op == "call_function" and "ocp_mx.linear" in str(n.target)]
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])

@@ -1,0 +1,76 @@
+"""`ocp_mx::grouped_experts`: an MX MoE layer's experts as one torch.library custom op, so
+`torch.compile(fullgraph=True)` traces models of MXGroupedExperts as it does MXLinear
+(kernels/linear_op.py).
+
+The routing (top-k and softmax of the router logits) stays in the traced graph as torch ops; the
+op takes the tokens, the routing, the layer's code / scale / input-scale tensors (what the output
+depends on, for the compiler) and an int handle naming the live layer (kernels.op_handles). Its
+body runs the layer's eager path: the kernel resolve chose for where the tensors are, the
+activation QDQ, and the expert-id range check that traced code cannot do without a host sync.
+
+Eager calls do not go through the op (its dispatch costs host time on every call), and the table
+keeps a weak reference: the layer's handle dies with it. No autograd formula is registered: a
+backward through the compiled experts raises (torch's error for a custom op without one) rather
+than returning no gradient.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from kernels.op_handles import HandleTable
+
+_TABLE = HandleTable("ocp_mx::grouped_experts", "kernels.moe_op.register_layer")
+
+
+def register_layer(layer: Any) -> int:
+    """A new handle naming `layer` (weakly) for `ocp_mx::grouped_experts`; released when the
+    layer is garbage collected."""
+    handle = _TABLE.register(weakref.ref(layer))
+    weakref.finalize(layer, _TABLE.release, handle)
+    return handle
+
+
+def live_handles() -> int:
+    """How many layers are registered (the tests' leak check)."""
+    return len(_TABLE)
+
+
+def lookup(handle: int) -> Any:
+    """The live layer of `handle`; a one-line UnknownHandleError if there is none."""
+    layer = _TABLE.lookup(handle)()
+    if layer is None:  # collected, its finalizer not yet run
+        _TABLE.release(handle)
+        return _TABLE.lookup(handle)
+    return layer
+
+
+@torch.library.custom_op("ocp_mx::grouped_experts", mutates_args=())
+def grouped_experts(x: Tensor, weight: Tensor, weight_scale: Tensor, act_scale: Optional[Tensor],
+                    topk_ids: Tensor, topk_weights: Tensor, check_range: bool, handle: int,
+                    out_dtype: Optional[torch.dtype]) -> Tensor:
+    """[T, K] tokens and their routing [T, top_k] -> [T, N] in out_dtype (None: x's), run by the
+    layer `handle` names; `weight` / `weight_scale` / `act_scale` are that layer's buffers
+    (inputs for the compiler's dependency tracking). `check_range`: the expert ids came from
+    the caller (forward_routed), so their range is checked here, on the real values."""
+    return lookup(handle).run_routed(x, topk_ids, topk_weights, out_dtype,
+                                     check_range=check_range)
+
+
+@grouped_experts.register_fake
+def _grouped_experts_fake(x: Tensor, weight: Tensor, weight_scale: Tensor,
+                          act_scale: Optional[Tensor], topk_ids: Tensor, topk_weights: Tensor,
+                          check_range: bool, handle: int,
+                          out_dtype: Optional[torch.dtype]) -> Tensor:
+    """[T, N] (N = the codes' rows an expert, weight [E, N, K-bytes]) in out_dtype or x's."""
+    lookup(handle)  # an unknown handle fails at trace time, not at the first real call
+    torch._check(topk_ids.shape[0] == x.shape[0],
+                 lambda: f"ocp_mx::grouped_experts: routing for {topk_ids.shape[0]} tokens, "
+                         f"x has {x.shape[0]}")
+    return x.new_empty((x.shape[0], weight.shape[1]), dtype=out_dtype or x.dtype)
+
+
+__all__ = ["grouped_experts", "live_handles", "lookup", "register_layer"]
