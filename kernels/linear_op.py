@@ -10,8 +10,10 @@ constant in compiled graphs, stays the same, so nothing recompiles) and releases
 (`release`, e.g. from a weakref.finalize).
 
 Why `mx_linear` and not the op everywhere: custom-op dispatch costs host time on every call.
-Eager code calls `kernel.apply` directly; only code being traced by torch.compile / export goes
-through `torch.ops.ocp_mx.linear`.
+Eager inference calls `kernel.apply` directly; code being traced by torch.compile / export, and
+eager calls autograd records (an input that requires grad, grad mode on), go through
+`torch.ops.ocp_mx.linear`: its formula gives every kernel the same gradients, where a Triton
+kernel's output alone has no grad_fn (the input's gradient would be silently missing).
 
 Gradients (`register_autograd`): x gets one through the dequantized weight for weight-only
 layers, none through an activation QDQ (piecewise constant); the bias gets the summed output grad.
@@ -30,7 +32,7 @@ from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.mx import mx_dequantize
-from kernels.op_handles import HandleTable, UnknownHandleError
+from kernels.op_handles import HandleTable, UnknownHandleError, needs_grad
 from kernels.spec.contract import MX_BLOCK
 
 _TABLE = HandleTable("ocp_mx::linear", "kernels.linear_op.register_prepared")
@@ -135,9 +137,10 @@ linear.register_autograd(_backward, setup_context=_setup_context)
 
 def mx_linear(x: Tensor, kernel: LinearKernel, prepared: PreparedWeight, bias: Optional[Tensor],
               handle: int) -> Tensor:
-    """The MX linear layer: `kernel.apply` directly in eager mode (no op dispatch: the per-call
-    host cost matters), `torch.ops.ocp_mx.linear` while torch.compile / export traces."""
-    if _is_compiling():
+    """The MX linear layer: `kernel.apply` directly in eager inference (no op dispatch: the
+    per-call host cost matters), `torch.ops.ocp_mx.linear` while torch.compile / export traces
+    and where autograd records the call (`needs_grad`)."""
+    if _is_compiling() or needs_grad(x, bias):
         mx = prepared.weight
         return torch.ops.ocp_mx.linear(x, mx.data, mx.scales, bias, handle)
     return kernel.apply(x, prepared, bias)

@@ -29,7 +29,8 @@ triton-moe runs on the CPU only forced and under TRITON_INTERPRET=1.
 
 torch.compile (fullgraph=True): the routing is traced as torch ops and the experts run as one
 `ocp_mx::grouped_experts` custom op (kernels/moe_op.py) keyed by the layer's handle; eager calls
-run the kernel directly. No gradients through the compiled op (a backward raises).
+run the kernel directly. Calls autograd records take the op too: its formula (the reference
+kernel's gradients) serves every kernel, so a Triton kernel drops no gradient.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from kernels import choice, moe_op
+from kernels.op_handles import needs_grad
 from kernels.base import static_scale
 from kernels.dispatch import activation_qdq
 from kernels.mx import FLOAT_DTYPES, MXTensor, check_device, mx_quantize
@@ -269,11 +271,12 @@ class MXGroupedExperts(nn.Module):
     def _experts(self, x2d: Tensor, ids: Tensor, weights: Tensor, out_dtype: torch.dtype | None,
                  *, check_range: bool = False) -> Tensor:
         """The experts for routed tokens: the `ocp_mx::grouped_experts` op while torch.compile
-        traces (kernels/moe_op.py), else `run_routed` directly (no op dispatch per call)."""
+        traces and where autograd records the call (kernels/moe_op.py: one gradient formula for
+        every kernel), else `run_routed` directly (no op dispatch per call)."""
         if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
             raise ValueError(f"{_WHERE}: out_dtype {out_dtype} is not float32, bfloat16 or "
                              "float16")
-        if _is_compiling():
+        if _is_compiling() or needs_grad(x2d, weights):
             return torch.ops.ocp_mx.grouped_experts(
                 x2d, self.weight_data, self.weight_scales, self.act_scale, ids, weights,
                 check_range, self._handle, out_dtype)

@@ -8,10 +8,12 @@ depends on, for the compiler) and an int handle naming the live layer (kernels.o
 body runs the layer's eager path: the kernel resolve chose for where the tensors are, the
 activation QDQ, and the expert-id range check that traced code cannot do without a host sync.
 
-Eager calls do not go through the op (its dispatch costs host time on every call), and the table
-keeps a weak reference: the layer's handle dies with it. No autograd formula is registered: a
-backward through the compiled experts raises (torch's error for a custom op without one) rather
-than returning no gradient.
+Eager inference does not go through the op (its dispatch costs host time on every call); eager
+calls that autograd records do (kernels.op_handles.needs_grad), so every kernel gives the same
+gradients: its autograd formula is the reference kernel's, in an op of its own
+(`ocp_mx::grouped_experts_backward`) — the tokens' gradient (none through an activation QDQ,
+which is piecewise constant) and the routing weights' (so the router trains). The table keeps a
+weak reference: the layer's handle dies with it.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor
 
 from kernels.op_handles import HandleTable
+from kernels.reference.moe import grouped_experts_reference_grads
 
 _TABLE = HandleTable("ocp_mx::grouped_experts", "kernels.moe_op.register_layer")
 
@@ -73,4 +76,47 @@ def _grouped_experts_fake(x: Tensor, weight: Tensor, weight_scale: Tensor,
     return x.new_empty((x.shape[0], weight.shape[1]), dtype=out_dtype or x.dtype)
 
 
-__all__ = ["grouped_experts", "live_handles", "lookup", "register_layer"]
+@torch.library.custom_op("ocp_mx::grouped_experts_backward", mutates_args=())
+def grouped_experts_backward(grad: Tensor, x: Tensor, weight: Tensor, weight_scale: Tensor,
+                             act_scale: Optional[Tensor], topk_ids: Tensor, topk_weights: Tensor,
+                             handle: int) -> tuple[Tensor, Tensor]:
+    """(d/dx, d/d routing weights) of the layer `handle` names, by the reference kernel's
+    formula (kernels.reference.moe.grouped_experts_reference_grads); d/dx is zeros through an
+    activation QDQ (the autograd formula returns None there). An op of its own, so a traced
+    backward (aot_eager, inductor) does not trace the layer's Python."""
+    layer = lookup(handle)
+    grad_x, grad_w = grouped_experts_reference_grads(
+        grad, x, layer.weight, layer.contract.activation, layer.act_scale, topk_ids, topk_weights)
+    return (torch.zeros_like(x) if grad_x is None else grad_x), grad_w
+
+
+@grouped_experts_backward.register_fake
+def _grouped_experts_backward_fake(grad: Tensor, x: Tensor, weight: Tensor, weight_scale: Tensor,
+                                   act_scale: Optional[Tensor], topk_ids: Tensor,
+                                   topk_weights: Tensor, handle: int) -> tuple[Tensor, Tensor]:
+    return x.new_empty(x.shape), topk_weights.new_empty(topk_weights.shape)
+
+
+def _setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+    x, weight, weight_scale, act_scale, topk_ids, topk_weights, _, handle, _ = inputs
+    ctx.save_for_backward(x, weight, weight_scale, act_scale, topk_ids, topk_weights)
+    ctx.handle = handle
+    ctx.through_qdq = lookup(handle).contract.activation is not None
+
+
+def _backward(ctx: Any, grad: Tensor) -> tuple:
+    """The tokens' gradient (weight-only layers) and the routing weights' (so the router's
+    logits train); none for the codes, scales, ids or the handle."""
+    x, weight, weight_scale, act_scale, ids, weights = ctx.saved_tensors
+    grad_x, grad_w = torch.ops.ocp_mx.grouped_experts_backward(
+        grad, x, weight, weight_scale, act_scale, ids, weights, ctx.handle)
+    keep_x = ctx.needs_input_grad[0] and not ctx.through_qdq
+    return (grad_x if keep_x else None, None, None, None, None,
+            grad_w if ctx.needs_input_grad[5] else None, None, None, None)
+
+
+grouped_experts.register_autograd(_backward, setup_context=_setup_context)
+
+
+__all__ = ["grouped_experts", "grouped_experts_backward", "live_handles", "lookup",
+           "register_layer"]

@@ -4,11 +4,15 @@ Why: an op schema carries tensors, ints, floats and dtypes, not a kernel, its pr
 a layer. A layer registers what its op needs once and passes the int; the handle is a constant in
 compiled graphs, so re-pointing it (`update`) recompiles nothing. Handles are process-local and
 unique across every table (one counter), so a handle given to the wrong op fails as unknown.
+`needs_grad` says when an eager call takes its op too (autograd records it).
 """
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
 
 _NEXT = itertools.count(1)
 
@@ -52,4 +56,11 @@ class HandleTable:
                 f"compiled graph runs ({self._how} gives a handle)")
 
 
-__all__ = ["HandleTable", "UnknownHandleError"]
+def needs_grad(*tensors: Optional[Tensor]) -> bool:
+    """Whether autograd records a call on these inputs (grad mode on, one of them requires
+    grad): then an eager call goes through its op too, whose autograd formula gives every
+    kernel the same gradients (a Triton kernel's output has no grad_fn of its own)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+__all__ = ["HandleTable", "UnknownHandleError", "needs_grad"]

@@ -138,4 +138,36 @@ def grouped_experts_reference(x: Tensor, weight: MXTensor, activation: QuantKey 
     return combine_slots(weighted).to(out_dtype)
 
 
-__all__ = ["check_routing", "combine_slots", "grouped_experts_reference", "route"]
+def grouped_experts_reference_grads(grad: Tensor, x: Tensor, weight: MXTensor,
+                                    activation: QuantKey | None, act_scale: Tensor | None,
+                                    topk_ids: Tensor, topk_weights: Tensor,
+                                    qdq: str = "reference-qdq") -> tuple[Tensor | None, Tensor]:
+    """The gradients of `grouped_experts_reference`'s output (grad [T, N]) with respect to the
+    tokens and the routing weights, by the same per-slot, per-expert loop in fp32:
+        d/dw[t, k] = <grad[t], QDQ(x[t]) @ W[ids[t, k]].T>
+        d/dx[t]    = sum_k w[t, k] * grad[t] @ W[ids[t, k]]   (weight-only; None through an
+                                                                activation QDQ: piecewise constant)
+    Each token meets one expert a slot, so no row is written twice (no scatter-add: the sum
+    over slots runs in order k = 0, 1, ..., deterministic). In x's / the weights' dtypes."""
+    tokens, top_k = topk_ids.shape
+    xq = x if activation is None else dispatch.activation_qdq(activation, backend=qdq)(x, act_scale)
+    xq, g = xq.float(), grad.float()
+    w = mx_dequantize(weight, torch.float32, backend="reference-qdq")  # [E, N, K]
+    grad_w = torch.zeros((tokens, top_k), dtype=torch.float32, device=x.device)
+    grad_x = torch.zeros((tokens, x.shape[1]), dtype=torch.float32, device=x.device) \
+        if activation is None else None
+    for k in range(top_k):
+        gx_k = torch.zeros_like(grad_x) if grad_x is not None else None
+        for e in range(weight.shape[0]):
+            rows = (topk_ids[:, k] == e).nonzero().squeeze(1)
+            if rows.numel():
+                grad_w[rows, k] = (g[rows] * F.linear(xq[rows], w[e])).sum(-1)
+                if gx_k is not None:
+                    gx_k[rows] = topk_weights[rows, k, None].float() * (g[rows] @ w[e])
+        if grad_x is not None:
+            grad_x += gx_k
+    return (None if grad_x is None else grad_x.to(x.dtype)), grad_w.to(topk_weights.dtype)
+
+
+__all__ = ["check_routing", "combine_slots", "grouped_experts_reference",
+           "grouped_experts_reference_grads", "route"]

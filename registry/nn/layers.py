@@ -16,7 +16,9 @@ scale bytes and `input_scale` keep their dtype through any conversion. `load_sta
 
 torch.compile: traced code runs the layer as one `ocp_mx::linear` custom op (kernels/linear_op.py,
 keyed by the layer's handle), so a model of MXLinear layers compiles with fullgraph=True; eager
-code calls the kernel directly, without the op's dispatch cost.
+inference calls the kernel directly, without the op's dispatch cost, and eager calls that
+autograd records take the op too, so every kernel gives its gradients (MXGroupedExperts alike:
+kernels/moe_op.py).
 
 Building a layer for a platform other than its tensors' is refused: ask
 `registry.nn.quantize.plan_quantization(..., platform=...)` or `registry resolve --platform` for a

@@ -13,6 +13,9 @@ import pytest
 import torch
 
 from kernels import moe_op
+from kernels.dispatch import activation_qdq
+from kernels.mx import mx_dequantize
+from kernels.reference.moe import route
 from kernels.op_handles import UnknownHandleError
 from registry import MXGroupedExperts
 
@@ -102,16 +105,63 @@ def test_bad_out_dtype_and_unknown_handle_are_one_line():
         "unknown handle 1000000000", "register_layer")
 
 
-def test_a_backward_through_the_compiled_op_raises():
-    """No autograd formula is registered: training through the compiled experts fails loudly
-    (torch's error), never with a silent missing gradient."""
-    layer = experts("w_mxfp4")
+@pytest.mark.parametrize("scheme", ["w_mxfp4", "w_mxfp4_a_mxfp4"])
+def test_every_kernel_gives_the_reference_gradients_eager_and_compiled(scheme):
+    """The tokens (weight-only; none through an activation QDQ) and the router logits get the
+    same gradients whichever kernel runs, eager or compiled — the Triton kernel's output alone
+    would have no grad_fn — and they are the dequantized experts' (plain torch, the oracle)."""
+    x0, logits0 = tokens(4)
+
+    def grads(fn):
+        x, logits = x0.clone().requires_grad_(True), logits0.clone().requires_grad_(True)
+        out = fn(x, logits)
+        out.square().sum().backward()
+        return out.detach(), x.grad, logits.grad
+
+    def close(a, b):
+        return torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))
+
+    ref = experts(scheme, "reference")
+    want = grads(lambda a, b: ref(a, b, TOP_K))
+    assert (want[1] is None) == (scheme != "w_mxfp4") and want[2] is not None
+    for backend in ("reference", "triton"):
+        layer = experts(scheme, backend)
+        eager = grads(lambda a, b: layer(a, b, TOP_K))
+        compiled = grads(torch.compile(lambda a, b: layer(a, b, TOP_K), fullgraph=True,
+                                       backend="aot_eager"))
+        for got in (eager, compiled):  # one formula: the same bits eager and compiled
+            assert torch.equal(got[0], eager[0]) and torch.equal(got[2], eager[2]), backend
+            assert (got[1] is None) == (want[1] is None), backend
+            assert got[1] is None or torch.equal(got[1], eager[1]), backend
+        # the Triton kernel's fp32 output is the reference's within fp32 rounding; so are the
+        # gradients taken from it
+        assert close(eager[0], want[0]) and close(eager[2], want[2]), backend
+        assert eager[1] is None or close(eager[1], want[1]), backend
+    w = mx_dequantize(ref.weight, torch.float32)  # [E, N, K]
+    x, logits = x0.clone().requires_grad_(True), logits0.clone().requires_grad_(True)
+    ids, rw = route(logits, TOP_K)
+    act = x if scheme == "w_mxfp4" else activation_qdq(
+        ref.contract.activation, backend="reference-qdq")(x, ref.act_scale)
+    out = sum(rw[:, k, None] * torch.einsum("tc,tnc->tn", act, w[ids[:, k]])
+              for k in range(TOP_K))
+    out.square().sum().backward()
+    assert close(want[0], out.detach()) and close(want[2], logits.grad)
+    assert want[1] is None or close(want[1], x.grad)
+
+
+def test_inference_calls_skip_the_op(monkeypatch):
+    """No grad recorded (no_grad, or nothing requires grad): the kernel runs with no op
+    dispatch, its output has no grad_fn."""
+    layer = experts("w_mxfp4", "triton")
     x, logits = tokens(2)
-    x.requires_grad_(True)
-    compiled = torch.compile(lambda a, b: layer(a, b, TOP_K), fullgraph=True,
-                             backend="aot_eager")
-    with pytest.raises(Exception, match="no autograd formula was registered"):
-        compiled(x, logits).sum().backward()
+    calls = []
+    real = torch.ops.ocp_mx.grouped_experts
+    monkeypatch.setattr(torch.ops.ocp_mx, "grouped_experts",
+                        lambda *a: (calls.append(1), real(*a))[1], raising=False)
+    with torch.no_grad():
+        assert layer(x.requires_grad_(True), logits, TOP_K).grad_fn is None
+    assert layer(x.detach(), logits, TOP_K).grad_fn is None and not calls
+    assert layer(x, logits, TOP_K).grad_fn is not None and calls == [1]
 
 
 def test_opcheck():
