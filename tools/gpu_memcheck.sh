@@ -25,8 +25,8 @@ if [ $# -eq 0 ]; then  # no nodes named: one test of each wgmma kernel family, o
     "$T/test_wgmma_formats.py::test_fused_activation_qdq_is_the_dispatchers[72-2880-mxfp4:even-True]" \
     "$T/test_linear_wgmma_ws_gpu.py::test_warp_specialized_matches_the_reference[mxfp6_e2m3-72-2880]" \
     "$T/test_linear_wgmma_ws_gpu.py::test_wide_m_matches_the_reference[72-2880-mxfp8_e4m3]" \
-    "$T/test_moe_wgmma.py::test_x_by_tma_experts_match_the_reference[mxfp6_e3m2]" \
-    "$T/test_moe_wgmma.py::test_wide_tile_experts_match_the_reference[mxfp4]" \
+    "$T/test_moe_wgmma_gpu.py::test_x_by_tma_experts_match_the_reference[mxfp6_e3m2]" \
+    "$T/test_moe_wgmma_gpu.py::test_wide_tile_experts_match_the_reference[mxfp4]" \
     "$T/test_linear_wgmma.py::test_bound_launches_give_the_general_paths_bits[mxfp4]"
 fi
 i=0
