@@ -19,6 +19,8 @@ key it does not know raises UnknownActivationKey here too — never a pass-throu
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -120,20 +122,12 @@ def grouped_experts_reference(x: Tensor, weight: MXTensor, activation: QuantKey 
     out_dtype = x.dtype if out_dtype is None else out_dtype
     if tokens == 0:
         return torch.empty((0, n), dtype=out_dtype, device=x.device)
-    if activation is None:
-        xq = x
-    else:
-        xq = dispatch.activation_qdq(activation, backend=qdq)(x, act_scale)
-    xq = xq.float()
-    w = mx_dequantize(weight, torch.float32, backend="reference-qdq")  # [E, N, K]
+    xq, w = _fp32_operands(x, weight, activation, act_scale, qdq)
     weighted = torch.empty((tokens, top_k, n), dtype=torch.float32, device=x.device)
     for k in range(top_k):
         y = torch.empty((tokens, n), dtype=torch.float32, device=x.device)
-        ids = topk_ids[:, k]
-        for e in range(num_experts):  # every token meets exactly one expert in slot k
-            rows = (ids == e).nonzero().squeeze(1)
-            if rows.numel():
-                y[rows] = F.linear(xq[rows], w[e])
+        for e, rows in _expert_rows(topk_ids[:, k], num_experts):
+            y[rows] = F.linear(xq[rows], w[e])
         weighted[:, k] = topk_weights[:, k, None] * y
     return combine_slots(weighted).to(out_dtype)
 
@@ -150,23 +144,34 @@ def grouped_experts_reference_grads(grad: Tensor, x: Tensor, weight: MXTensor,
     Each token meets one expert a slot, so no row is written twice (no scatter-add: the sum
     over slots runs in order k = 0, 1, ..., deterministic). In x's / the weights' dtypes."""
     tokens, top_k = topk_ids.shape
-    xq = x if activation is None else dispatch.activation_qdq(activation, backend=qdq)(x, act_scale)
-    xq, g = xq.float(), grad.float()
-    w = mx_dequantize(weight, torch.float32, backend="reference-qdq")  # [E, N, K]
+    xq, w = _fp32_operands(x, weight, activation, act_scale, qdq)
+    g = grad.float()
     grad_w = torch.zeros((tokens, top_k), dtype=torch.float32, device=x.device)
     grad_x = torch.zeros((tokens, x.shape[1]), dtype=torch.float32, device=x.device) \
         if activation is None else None
     for k in range(top_k):
-        gx_k = torch.zeros_like(grad_x) if grad_x is not None else None
-        for e in range(weight.shape[0]):
-            rows = (topk_ids[:, k] == e).nonzero().squeeze(1)
-            if rows.numel():
-                grad_w[rows, k] = (g[rows] * F.linear(xq[rows], w[e])).sum(-1)
-                if gx_k is not None:
-                    gx_k[rows] = topk_weights[rows, k, None].float() * (g[rows] @ w[e])
-        if grad_x is not None:
-            grad_x += gx_k
+        for e, rows in _expert_rows(topk_ids[:, k], weight.shape[0]):
+            grad_w[rows, k] = (g[rows] * F.linear(xq[rows], w[e])).sum(-1)
+            if grad_x is not None:  # (rows distinct within a slot: slot k's term added once)
+                grad_x[rows] += topk_weights[rows, k, None].float() * (g[rows] @ w[e])
     return (None if grad_x is None else grad_x.to(x.dtype)), grad_w.to(topk_weights.dtype)
+
+
+def _fp32_operands(x: Tensor, weight: MXTensor, activation: QuantKey | None,
+                   act_scale: Tensor | None, qdq: str) -> tuple[Tensor, Tensor]:
+    """QDQ(x) (x itself for weight-only) and the dequantized experts [E, N, K], both fp32:
+    what the forward and its gradients multiply."""
+    xq = x if activation is None else dispatch.activation_qdq(activation, backend=qdq)(x, act_scale)
+    return xq.float(), mx_dequantize(weight, torch.float32, backend="reference-qdq")
+
+
+def _expert_rows(ids: Tensor, num_experts: int) -> Iterator[tuple[int, Tensor]]:
+    """(expert, the rows whose id it is) for each expert one slot's ids [T] name: every token
+    meets exactly one expert a slot, so the rows of different experts are disjoint."""
+    for e in range(num_experts):
+        rows = (ids == e).nonzero().squeeze(1)
+        if rows.numel():
+            yield e, rows
 
 
 __all__ = ["check_routing", "combine_slots", "grouped_experts_reference",
