@@ -27,7 +27,9 @@ from typing import Callable, Optional, Sequence
 
 from kernels.spec.platform import Platform, driver_version
 from registry.files.catalog import Catalog
-from registry.machine.probe import MATCH_TOL
+from registry.machine.bench_rows import (  # noqa: F401  (ERR_TOL: the bound the tests read)
+    ERR_TOL, fill_ratio, judge, mark_raised,
+)
 from registry.machine.timing import (  # noqa: F401  (median_ms / graph_ms: the scripts' one rule)
     _copies_needed, _is_cuda, copy_bandwidth, graph_ms, loop_ms, median_ms,
 )
@@ -36,7 +38,6 @@ from registry.machine.timing import (  # noqa: F401  (median_ms / graph_ms: the 
 DEFAULT_SHAPES: tuple[tuple[int, int], ...] = ((8192, 8192), (28672, 8192), (8192, 28672))
 DEFAULT_MS: tuple[int, ...] = (1, 16, 128, 1024, 4096)
 CHECK_ROWS = 8  # rows of x checked against the reference (rows are independent)
-ERR_TOL = MATCH_TOL  # row-wise ‖out − ref‖ / ‖ref‖ bound, as `registry lint --probe`
 WEIGHT_STD = 0.02
 
 
@@ -223,6 +224,15 @@ def run_bench(schemes: Sequence[str] | None = None,
     return BenchResult(rows, skips, env)
 
 
+def task_weight(n: int, k: int, seed: int, device):
+    """(generator, bf16 N x K weight): the weight every kernel of an (N, K) task is prepared
+    from; the generator then draws the task's inputs. tools/bench_peer.py draws the same one."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed + 7919 * n + k)
+    return gen, (torch.randn(n, k, generator=gen, device=device) * WEIGHT_STD).to(torch.bfloat16)
+
+
 def _run_task(catalog, t: Task, device, seed, timing, copy_tbs, baselines, progress,
               done: int, total: int) -> list[BenchRow]:
     import torch
@@ -231,8 +241,7 @@ def _run_task(catalog, t: Task, device, seed, timing, copy_tbs, baselines, progr
     from kernels.base import load_kernel
 
     scheme = catalog.get(t.scheme)
-    gen = torch.Generator(device=device).manual_seed(seed + 7919 * t.n + t.k)
-    w = (torch.randn(t.n, t.k, generator=gen, device=device) * WEIGHT_STD).to(torch.bfloat16)
+    gen, w = task_weight(t.n, t.k, seed, device)
     static = scheme.activation is not None and scheme.activation.static
     calibration = torch.randn(16, t.k, generator=gen, device=device).to(torch.bfloat16)
     rows = []
@@ -289,32 +298,14 @@ def _run_task(catalog, t: Task, device, seed, timing, copy_tbs, baselines, progr
     return rows
 
 
-def mark_raised(row, step: str, error: Exception) -> None:
-    """A row whose `step` ("check" / "timing") raised: ERROR, and what raised in one line."""
-    row.status = "ERROR"
-    row.notes.append(f"{step} raised {type(error).__name__}: {error}".replace("\n", " "))
-
-
 def _check(row: BenchRow, kernel, ref, x, prepared, contract) -> None:
     """Compare the kernel's output on the full x (its real M path) with the reference on the
     first rows; rows are independent unless the activation scale is dynamic per tensor."""
-    import torch
-
     act = contract.activation
     rows = x.shape[0] if (act is not None and not act.static
                           and act.scale.granularity == "tensor") else min(CHECK_ROWS, x.shape[0])
-    out = kernel.apply(x, prepared)[:rows].float()
-    want = ref.apply(x[:rows], prepared).float()
-    if not bool(torch.isfinite(out).all()):  # the inputs are finite: so must the output be
-        row.status = "FAIL"
-        row.notes.append(f"output holds NaN/Inf on finite input (first {rows} rows); not timed")
-        return
-    diff = (out - want).norm(dim=1) / want.norm(dim=1).clamp_min(1e-30)
-    row.err = float(diff.max())
-    if not row.err <= ERR_TOL:
-        row.status = "FAIL"
-        row.notes.append(f"output differs from reference-emulation: max row rel err "
-                         f"{row.err:.2e} > {ERR_TOL:.2e} on the first {rows} rows; not timed")
+    judge(row, kernel.apply(x, prepared)[:rows], ref.apply(x[:rows], prepared),
+          "reference-emulation", f"the first {rows} rows")
 
 
 def _time_both(operands: list, call, device, timing: TimingConfig):
@@ -341,23 +332,6 @@ def _time_loop(operands: list, call, device, timing: TimingConfig) -> float:
     """ms of a call among back-to-back calls cycling the operands (timing.loop_ms)."""
     ops = itertools.cycle(operands)
     return loop_ms(lambda: call(next(ops)), device, cpu_calls=timing.cpu_calls)
-
-
-def fill_ratio(row, base) -> float:
-    """The bf16 baseline's times (`base`: `_time_both`'s ms) on a row with its own graph_us /
-    eager_us, and `ratio`: graph where both have one, else eager (the baseline's graph failure
-    noted once). Returns the kernel time (us) the ratio used. Linear and MoE rows alike."""
-    b_graph, b_eager, b_note = base
-    row.bf16_graph_us = None if b_graph is None else b_graph * 1e3
-    row.bf16_eager_us = b_eager * 1e3
-    if row.graph_us is not None and row.bf16_graph_us is not None:
-        row.ratio = row.bf16_graph_us / row.graph_us
-        return row.graph_us
-    row.ratio = row.bf16_eager_us / row.eager_us
-    note = f"bf16 baseline: {b_note}"
-    if b_note and note not in row.notes:  # the kernel's graph worked, the baseline's not
-        row.notes.append(note)
-    return row.eager_us
 
 
 def _fill_figures(row: BenchRow, base, copy_tbs: float) -> None:

@@ -23,9 +23,9 @@ from typing import Iterator, Optional, Sequence
 
 from registry.files.catalog import Catalog
 from registry.machine.bench import (
-    ERR_TOL, WEIGHT_STD, Progress, Skip, TimingConfig, _is_cuda, _time_both, copy_bandwidth,
-    environment, fill_ratio, mark_raised,
+    WEIGHT_STD, Progress, Skip, TimingConfig, _is_cuda, _time_both, copy_bandwidth, environment,
 )
+from registry.machine.bench_rows import fill_ratio, judge, mark_raised
 
 
 @dataclass(frozen=True)
@@ -239,18 +239,7 @@ def _run_shape(scheme, shape: MoeShape, tokens: Sequence[int], device, seed: int
 
 def _check(row: MoeRow, out, want) -> None:
     """Every token's output against the reference backend's (rows are independent)."""
-    import torch
-
-    out, want = out.float(), want.float()
-    if not bool(torch.isfinite(out).all()):
-        row.status = "FAIL"
-        row.notes.append("output holds NaN/Inf on finite input; not timed")
-        return
-    row.err = float(((out - want).norm(dim=1) / want.norm(dim=1).clamp_min(1e-30)).max())
-    if not row.err <= ERR_TOL:
-        row.status = "FAIL"
-        row.notes.append(f"output differs from the reference backend: max token rel err "
-                         f"{row.err:.2e} > {ERR_TOL:.2e}; not timed")
+    judge(row, out, want, "the reference backend", "every token")
 
 
 def _fill(row: MoeRow, graph, eager, note, base) -> None:
