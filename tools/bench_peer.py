@@ -9,7 +9,11 @@ from the SAME MX codes and scales (`mx_quantize` with the scheme's weight roundi
 output against `reference-emulation` on the first rows (a wrong peer is marked FAIL and never
 timed), and times it by the same graph / eager / loop rules against the same bf16 figures.
 The peer is optional: without it installed this says so in one line and exits 2.
-On a CPU, `--peer reference` (dequantize + F.linear) checks the logic only.
+On a CPU, `--peer reference` (dequantize + F.linear) checks the logic only. On the lent GPU
+(no package index there) carry the wheel in .whl/ (tools/device_wheels.sh installs it):
+`python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+manylinux_2_28_x86_64 -d .whl humming-kernels==0.1.19`; its needs (cuda-bindings, jinja2, ...)
+are in the image. tools/gpu_figures.sh runs this beside `registry bench`.
 """
 from __future__ import annotations
 
