@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.spec.platform import detect  # noqa: E402
 from registry.machine import bench  # noqa: E402
-from registry.cli.bench import parse_ms, parse_shapes  # noqa: E402
+from registry.cli.bench import parse_grid  # noqa: E402
 from registry.machine.probe import runnable_here  # noqa: E402
 
 SCHEMES = ["w_mxfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_fp8",
@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        shapes = parse_shapes(args.shape or ("8192x8192" if device == "cuda" else "64x128"))
-        ms = parse_ms(args.m or ("1,16,4096" if device == "cuda" else "3"))
+        shapes, ms = parse_grid(args.shape, args.m, device, "1,16,4096")
     except ValueError as e:
         ap.error(str(e))
     schemes = SCHEMES[:3] if args.quick else SCHEMES

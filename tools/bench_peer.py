@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.base import load_kernel  # noqa: E402
 from kernels.mx import MXTensor, mx_dequantize, mx_quantize  # noqa: E402
-from registry.cli.bench import parse_ms, parse_shapes  # noqa: E402
+from registry.cli.bench import parse_grid  # noqa: E402
 from registry.files.catalog import load_schemes  # noqa: E402
 from registry.machine import bench  # noqa: E402
 from registry.machine.bench_rows import fill_ratio, judge, mark_raised  # noqa: E402
@@ -196,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        shapes = parse_shapes(args.shapes or ("8192x8192" if device == "cuda" else "64x128"))
-        ms = parse_ms(args.m or ("1,16,64,128,1024,4096" if device == "cuda" else "3"))
+        shapes, ms = parse_grid(args.shapes, args.m, device, "1,16,64,128,1024,4096")
     except ValueError as e:
         ap.error(str(e))
     try:

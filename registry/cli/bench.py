@@ -82,6 +82,15 @@ def parse_ms(text: str) -> list[int]:
     return out
 
 
+def parse_grid(shapes: str | None, ms: str | None, device: str,
+               cuda_ms: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """The tools' --shape(s) / --m, with their defaults: 8192x8192 and `cuda_ms` on a GPU, a
+    64x128 layer at M = 3 on a CPU (a logic check). Raises ValueError naming the option."""
+    cuda = device.startswith("cuda")
+    return (parse_shapes(shapes or ("8192x8192" if cuda else "64x128")),
+            parse_ms(ms or (cuda_ms if cuda else "3")))
+
+
 def split_list(text: str | None) -> list[str]:
     return [s.strip() for s in (text or "").split(",") if s.strip()]
 
