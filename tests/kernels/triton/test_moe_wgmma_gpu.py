@@ -47,7 +47,7 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 @pytest.mark.parametrize("act", (None, A_MXFP4), ids=("w4a16", "w4a4"))
 def test_matches_the_reference(e, n, k, top_k, tokens, case, act) -> None:
     """fp32 before the cast: bf16 x bf16-exact products in fp32, so only the summation order
-    differs from the reference (1e-5 relative, as tests/kernels/test_moe.py)."""
+    differs from the reference (1e-5 relative, ACC_BOUND of tests/support/moe_oracle.py)."""
     gen = torch.Generator().manual_seed(e * 1000 + tokens + k)
     w = experts(e, n, k, gen, nan_blocks=3)
     w = MXTensor(w.data.cuda(), w.scales.cuda(), w.fmt, w.rounding, w.shape, w.layout)
