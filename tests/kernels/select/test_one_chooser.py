@@ -309,7 +309,8 @@ def test_disabling_triton_qdq_changes_what_moe_runs_and_strict_refuses_it(monkey
     assert logged[0].startswith("MXGroupedExperts(w_mxfp4_a_mxfp6_e3m2): runs reference-moe")
     assert "activation QDQ: runs reference-qdq" in logged[1]
     assert "kernel=reference-moe, qdq=reference-qdq" in repr(layer)
-    # only the dot's summation order differs between the two (ACC_BOUND of tests/support/moe_oracle.py)
+    # only the dot's summation order differs between the two
+    # (ACC_BOUND of tests/support/moe_oracle.py)
     err = float((out.double() - fused.double()).norm() / fused.double().norm())
     assert err <= 1e-5, err
 
