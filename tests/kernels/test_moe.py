@@ -11,7 +11,7 @@ What is checked, and how tight:
   the vLLM bug where mxfp6 activation QDQ was silently skipped);
 - sabotage: a dispatcher that skips the QDQ, and a Triton kernel told to skip it, are caught
   by that same check; a key the dispatcher lacks is UnknownActivationKey, never a pass-through;
-- routing, edge cases, NaN blocks, construction and bad inputs: test_moe_routing.py; the
+- routing, edge cases, NaN blocks, construction and bad inputs: test_moe_layer_edges.py; the
   bounds and the per-token oracle: support/moe_oracle.py.
 """
 from __future__ import annotations

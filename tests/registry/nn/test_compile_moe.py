@@ -1,6 +1,7 @@
 """MXGroupedExperts under torch.compile: one graph (fullgraph=True) holding the routing's torch
 ops and the `ocp_mx::grouped_experts` custom op (kernels/moe_op.py), outputs bit-equal to the
-eager layer's, on CPU: the reference kernel, and the Triton kernel in the interpreter.
+eager layer's: the reference kernel, and the Triton kernel (on a CPU in the interpreter; on a
+GPU machine every tensor here is on the GPU, where the Triton kernel runs).
 
 The op's body is the layer's eager path, so what traced code cannot check without a host sync
 (the range of expert ids given to forward_routed) is checked there, on the real values."""
@@ -23,6 +24,7 @@ from support.bad_tensors import one_line_error
 from support.compile_recorder import Recorder
 
 E, N, K, TOP_K = 4, 32, 64, 2
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(autouse=True)
@@ -34,12 +36,14 @@ def _fresh_dynamo():
 
 def experts(scheme: str = "w_mxfp4_a_mxfp4", backend: str = "reference") -> MXGroupedExperts:
     gen = torch.Generator().manual_seed(1)
-    return MXGroupedExperts(torch.randn(E, N, K, generator=gen), scheme, backend=backend)
+    return MXGroupedExperts(torch.randn(E, N, K, generator=gen).to(DEVICE), scheme,
+                            backend=backend)
 
 
 def tokens(t: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(t)
-    return torch.randn(t, K, generator=gen).to(dtype), torch.randn(t, E, generator=gen)
+    return (torch.randn(t, K, generator=gen).to(DEVICE, dtype),
+            torch.randn(t, E, generator=gen).to(DEVICE))
 
 
 @pytest.mark.parametrize("compiler", ["eager", "aot_eager"])
@@ -82,8 +86,8 @@ def test_dynamic_tokens_compile_once():
 def test_routed_ids_are_range_checked_inside_the_op():
     layer = experts()
     x, _ = tokens(3)
-    ids = torch.tensor([[0, 1], [2, 3], [1, 0]])
-    weights = torch.full((3, 2), 0.5)
+    ids = torch.tensor([[0, 1], [2, 3], [1, 0]], device=DEVICE)
+    weights = torch.full((3, 2), 0.5, device=DEVICE)
     compiled = torch.compile(layer.forward_routed, fullgraph=True, backend="eager")
     assert torch.equal(compiled(x, ids, weights), layer.forward_routed(x, ids, weights))
     bad = ids.clone()
@@ -99,7 +103,8 @@ def test_bad_out_dtype_and_unknown_handle_are_one_line():
                              fullgraph=True, backend="eager")
     with pytest.raises(Exception, match="out_dtype torch.int8 is not float32, bfloat16 or"):
         compiled(x, logits)
-    ids, weights = torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1)
+    ids = torch.zeros(2, 1, dtype=torch.long, device=DEVICE)
+    weights = torch.ones(2, 1, device=DEVICE)
     one_line_error(UnknownHandleError, lambda: torch.ops.ocp_mx.grouped_experts(
         x, layer.weight_data, layer.weight_scales, None, ids, weights, False, 10**9, None),
         "unknown handle 1000000000", "register_layer")
@@ -167,7 +172,8 @@ def test_inference_calls_skip_the_op(monkeypatch):
 def test_opcheck():
     layer = experts()
     x, _ = tokens(3)
-    ids, weights = torch.tensor([[0, 1], [2, 3], [1, 0]]), torch.full((3, 2), 0.5)
+    ids = torch.tensor([[0, 1], [2, 3], [1, 0]], device=DEVICE)
+    weights = torch.full((3, 2), 0.5, device=DEVICE)
     for out_dtype in (None, torch.bfloat16):
         torch.library.opcheck(torch.ops.ocp_mx.grouped_experts.default,
                               (x, layer.weight_data, layer.weight_scales, layer.act_scale, ids,
