@@ -34,7 +34,7 @@ from kernels.mx import MXTensor, mx_dequantize, mx_quantize  # noqa: E402
 from registry.cli.bench import parse_grid  # noqa: E402
 from registry.files.catalog import load_schemes  # noqa: E402
 from registry.machine import bench  # noqa: E402
-from registry.machine.bench_rows import fill_ratio, judge, mark_raised  # noqa: E402
+from registry.machine.bench_rows import judge, mark_raised  # noqa: E402
 from registry.machine.timing import _copies_needed  # noqa: E402
 
 SCHEME = "w_mxfp4"
@@ -129,7 +129,8 @@ def run_peer(name: str, shapes, ms, device: str, seed: int = 0,
                                          "run has no bf16 baseline for it")
                     elif row.status == "ok":
                         step = "timing"
-                        _time_row(row, base_row, copies, x, device, timing)
+                        _time_row(row, base_row, copies, x, device, timing,
+                                  ours.environment["copy_tb_s"])
                 except Exception as e:  # noqa: BLE001 - reported in the row, never dropped
                     mark_raised(row, step, e)
                 peer_rows.append(row)
@@ -140,16 +141,14 @@ def run_peer(name: str, shapes, ms, device: str, seed: int = 0,
     return data
 
 
-def _time_row(row, base_row, copies, x, device, timing) -> None:
+def _time_row(row, base_row, copies, x, device, timing, copy_tbs: float) -> None:
     call = lambda layer: layer(x)  # noqa: E731
     graph, eager, note = bench._time_both(copies, call, device, timing)
     row.graph_us = None if graph is None else graph * 1e3
     row.eager_us = eager * 1e3
     row.notes += [note] if note else []
     b_graph = None if base_row.bf16_graph_us is None else base_row.bf16_graph_us / 1e3
-    t_us = fill_ratio(row, (b_graph, base_row.bf16_eager_us / 1e3, None))
-    row.ratio_eager = row.bf16_eager_us / row.eager_us
-    row.tflops = 2 * row.m * row.n * row.k / (t_us * 1e-6) / 1e12
+    bench._fill_figures(row, (b_graph, base_row.bf16_eager_us / 1e3, None), copy_tbs)
     row.loop_us = bench._time_loop(copies, call, device, timing) * 1e3
     row.bf16_loop_us = base_row.bf16_loop_us
     if row.bf16_loop_us is not None:

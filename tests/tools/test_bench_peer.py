@@ -33,6 +33,7 @@ def test_the_reference_peer_passes_and_shares_the_runs_bf16_figures() -> None:
         assert p["err"] is not None and p["err"] <= ERR_TOL
         assert p["bf16_eager_us"] == o["bf16_eager_us"] and p["bf16_loop_us"] == o["bf16_loop_us"]
         assert p["ratio"] == pytest.approx(o["bf16_eager_us"] / p["eager_us"])
+        assert p["bytes"] == o["bytes"] and p["pct_copy"] is not None  # the same traffic
         assert p["kernel"] == "dequant+F.linear" and p["forced"]
     table = bench_peer.markdown(data)
     assert table.count("| 64x128 |") == 2 and "dequant+F.linear" in table
