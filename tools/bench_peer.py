@@ -21,7 +21,6 @@ import argparse
 import importlib.metadata
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -110,14 +109,10 @@ def run_peer(name: str, shapes, ms, device: str, seed: int = 0,
             gen, w = bench.task_weight(n, k, seed, device)
             mx = mx_quantize(w, "mxfp4", contract.weight.scale.rounding, layout="packed")
             prepared = ref.prepare(mx, contract)  # the reference reads the peer's very codes
-            copies = [build(mx)]
-            copies += [build(mx) for _ in range(_copies_needed(mx.nbytes, device) - 1)]
+            copies = [build(mx) for _ in range(_copies_needed(mx.nbytes, device))]
             for m in ms:
                 base_row = next(r for r in ours.rows if (r.n, r.k, r.m) == (n, k, m))
-                row = replace(base_row, kernel=label, forced=True, route=None, notes=[],
-                              status="ok", err=None, graph_us=None, eager_us=None, loop_us=None,
-                              ratio=None, ratio_eager=None, ratio_loop=None, tflops=None,
-                              tb_s=None, pct_copy=None)
+                row = bench.BenchRow(SCHEME, label, m, n, k, "ok", True, bytes=base_row.bytes)
                 x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
                 rows = min(bench.CHECK_ROWS, m)
                 step = "check"
@@ -129,8 +124,9 @@ def run_peer(name: str, shapes, ms, device: str, seed: int = 0,
                                          "run has no bf16 baseline for it")
                     elif row.status == "ok":
                         step = "timing"
-                        _time_row(row, base_row, copies, x, device, timing,
-                                  ours.environment["copy_tb_s"])
+                        bench.time_row(row, copies, lambda layer, x=x: layer(x), device, timing,
+                                       _bf16_base(base_row), base_row.bf16_loop_us / 1e3,
+                                       ours.environment["copy_tb_s"])
                 except Exception as e:  # noqa: BLE001 - reported in the row, never dropped
                     mark_raised(row, step, e)
                 peer_rows.append(row)
@@ -141,18 +137,10 @@ def run_peer(name: str, shapes, ms, device: str, seed: int = 0,
     return data
 
 
-def _time_row(row, base_row, copies, x, device, timing, copy_tbs: float) -> None:
-    call = lambda layer: layer(x)  # noqa: E731
-    graph, eager, note = bench._time_both(copies, call, device, timing)
-    row.graph_us = None if graph is None else graph * 1e3
-    row.eager_us = eager * 1e3
-    row.notes += [note] if note else []
-    b_graph = None if base_row.bf16_graph_us is None else base_row.bf16_graph_us / 1e3
-    bench._fill_figures(row, (b_graph, base_row.bf16_eager_us / 1e3, None), copy_tbs)
-    row.loop_us = bench._time_loop(copies, call, device, timing) * 1e3
-    row.bf16_loop_us = base_row.bf16_loop_us
-    if row.bf16_loop_us is not None:
-        row.ratio_loop = row.bf16_loop_us / row.loop_us
+def _bf16_base(row) -> tuple:
+    """The bf16 baseline of one of our rows, back in `_time_both`'s form (ms, no note)."""
+    graph = None if row.bf16_graph_us is None else row.bf16_graph_us / 1e3
+    return graph, row.bf16_eager_us / 1e3, None
 
 
 def _f(value, spec: str) -> str:

@@ -279,15 +279,8 @@ def _run_task(catalog, t: Task, device, seed, timing, copy_tbs, baselines, progr
                         _time_loop(weights, lambda wt, x=x: F.linear(x, wt), device, timing))
                     del weights
                 base, bf16_loop = baselines[(t.n, t.k, m)]
-                call = lambda p, x=x: kernel.apply(x, p)  # noqa: E731
-                graph, eager, note = _time_both(copies, call, device, timing)
-                row.graph_us = None if graph is None else graph * 1e3
-                row.eager_us = eager * 1e3
-                row.notes += [note] if note else []
-                _fill_figures(row, base, copy_tbs)
-                row.loop_us = _time_loop(copies, call, device, timing) * 1e3
-                row.bf16_loop_us = bf16_loop * 1e3
-                row.ratio_loop = row.bf16_loop_us / row.loop_us
+                time_row(row, copies, lambda p, x=x: kernel.apply(x, p), device, timing, base,
+                         bf16_loop, copy_tbs)
         except Exception as e:  # noqa: BLE001 - reported in the row, never dropped
             mark_raised(row, step, e)
         progress("row", done + i, total, row)
@@ -332,6 +325,21 @@ def _time_loop(operands: list, call, device, timing: TimingConfig) -> float:
     """ms of a call among back-to-back calls cycling the operands (timing.loop_ms)."""
     ops = itertools.cycle(operands)
     return loop_ms(lambda: call(next(ops)), device, cpu_calls=timing.cpu_calls)
+
+
+def time_row(row: BenchRow, operands: list, call, device, timing: TimingConfig, base,
+             bf16_loop: float, copy_tbs: float) -> None:
+    """Time `call` over the weight copies `operands` (graph, eager, loop) and fill the row's
+    figures against the bf16 baseline's (`base`: `_time_both`'s ms; `bf16_loop`: ms). One rule
+    for our kernels and the peer's (tools/bench_peer.py)."""
+    graph, eager, note = _time_both(operands, call, device, timing)
+    row.graph_us = None if graph is None else graph * 1e3
+    row.eager_us = eager * 1e3
+    row.notes += [note] if note else []
+    _fill_figures(row, base, copy_tbs)
+    row.loop_us = _time_loop(operands, call, device, timing) * 1e3
+    row.bf16_loop_us = bf16_loop * 1e3
+    row.ratio_loop = row.bf16_loop_us / row.loop_us
 
 
 def _fill_figures(row: BenchRow, base, copy_tbs: float) -> None:

@@ -31,8 +31,8 @@ def judge(row, out, want, against: str, where: str) -> None:
 
 def row_error(out, want) -> float:
     """max over rows of ‖out − want‖ / ‖want‖ (fp32): the check every benchmark row passes."""
-    diff = (out.float() - want.float()).norm(dim=1) / want.float().norm(dim=1).clamp_min(1e-30)
-    return float(diff.max())
+    out, want = out.float(), want.float()
+    return float(((out - want).norm(dim=1) / want.norm(dim=1).clamp_min(1e-30)).max())
 
 
 def fill_ratio(row, base) -> float:
