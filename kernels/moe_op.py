@@ -79,21 +79,25 @@ def _grouped_experts_fake(x: Tensor, weight: Tensor, weight_scale: Tensor,
 @torch.library.custom_op("ocp_mx::grouped_experts_backward", mutates_args=())
 def grouped_experts_backward(grad: Tensor, x: Tensor, weight: Tensor, weight_scale: Tensor,
                              act_scale: Optional[Tensor], topk_ids: Tensor, topk_weights: Tensor,
-                             handle: int) -> tuple[Tensor, Tensor]:
+                             handle: int, need_x: bool, need_w: bool) -> tuple[Tensor, Tensor]:
     """(d/dx, d/d routing weights) of the layer `handle` names, by the reference kernel's
     formula (kernels.reference.moe.grouped_experts_reference_grads); d/dx is zeros through an
-    activation QDQ (the autograd formula returns None there). An op of its own, so a traced
-    backward (aot_eager, inductor) does not trace the layer's Python."""
+    activation QDQ, and either is zeros, not computed, when autograd did not ask for it
+    (`need_x` / `need_w` False; the autograd formula returns None there). An op of its own,
+    so a traced backward (aot_eager, inductor) does not trace the layer's Python."""
     layer = lookup(handle)
     grad_x, grad_w = grouped_experts_reference_grads(
-        grad, x, layer.weight, layer.contract.activation, layer.act_scale, topk_ids, topk_weights)
-    return (torch.zeros_like(x) if grad_x is None else grad_x), grad_w
+        grad, x, layer.weight, layer.contract.activation, layer.act_scale, topk_ids, topk_weights,
+        need_x=need_x, need_w=need_w)
+    return (torch.zeros_like(x) if grad_x is None else grad_x,
+            torch.zeros_like(topk_weights) if grad_w is None else grad_w)
 
 
 @grouped_experts_backward.register_fake
 def _grouped_experts_backward_fake(grad: Tensor, x: Tensor, weight: Tensor, weight_scale: Tensor,
                                    act_scale: Optional[Tensor], topk_ids: Tensor,
-                                   topk_weights: Tensor, handle: int) -> tuple[Tensor, Tensor]:
+                                   topk_weights: Tensor, handle: int,
+                                   need_x: bool, need_w: bool) -> tuple[Tensor, Tensor]:
     return x.new_empty(x.shape), topk_weights.new_empty(topk_weights.shape)
 
 
@@ -108,11 +112,12 @@ def _backward(ctx: Any, grad: Tensor) -> tuple:
     """The tokens' gradient (weight-only layers) and the routing weights' (so the router's
     logits train); none for the codes, scales, ids or the handle."""
     x, weight, weight_scale, act_scale, ids, weights = ctx.saved_tensors
-    grad_x, grad_w = torch.ops.ocp_mx.grouped_experts_backward(
-        grad, x, weight, weight_scale, act_scale, ids, weights, ctx.handle)
     keep_x = ctx.needs_input_grad[0] and not ctx.through_qdq
+    keep_w = ctx.needs_input_grad[5]
+    grad_x, grad_w = torch.ops.ocp_mx.grouped_experts_backward(
+        grad, x, weight, weight_scale, act_scale, ids, weights, ctx.handle, keep_x, keep_w)
     return (grad_x if keep_x else None, None, None, None, None,
-            grad_w if ctx.needs_input_grad[5] else None, None, None, None)
+            grad_w if keep_w else None, None, None, None)
 
 
 grouped_experts.register_autograd(_backward, setup_context=_setup_context)

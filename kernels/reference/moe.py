@@ -135,26 +135,32 @@ def grouped_experts_reference(x: Tensor, weight: MXTensor, activation: QuantKey 
 def grouped_experts_reference_grads(grad: Tensor, x: Tensor, weight: MXTensor,
                                     activation: QuantKey | None, act_scale: Tensor | None,
                                     topk_ids: Tensor, topk_weights: Tensor,
-                                    qdq: str = "reference-qdq") -> tuple[Tensor | None, Tensor]:
+                                    qdq: str = "reference-qdq",
+                                    need_x: bool = True,
+                                    need_w: bool = True) -> tuple[Tensor | None, Tensor | None]:
     """The gradients of `grouped_experts_reference`'s output (grad [T, N]) with respect to the
     tokens and the routing weights, by the same per-slot, per-expert loop in fp32:
         d/dw[t, k] = <grad[t], QDQ(x[t]) @ W[ids[t, k]].T>
         d/dx[t]    = sum_k w[t, k] * grad[t] @ W[ids[t, k]]   (weight-only; None through an
                                                                 activation QDQ: piecewise constant)
     Each token meets one expert a slot, so no row is written twice (no scatter-add: the sum
-    over slots runs in order k = 0, 1, ..., deterministic). In x's / the weights' dtypes."""
+    over slots runs in order k = 0, 1, ..., deterministic). In x's / the weights' dtypes.
+    need_x / need_w False skip d/dx / d/dw (None: autograd did not ask for it)."""
     tokens, top_k = topk_ids.shape
     xq, w = _fp32_operands(x, weight, activation, act_scale, qdq)
     g = grad.float()
-    grad_w = torch.zeros((tokens, top_k), dtype=torch.float32, device=x.device)
+    grad_w = torch.zeros((tokens, top_k), dtype=torch.float32, device=x.device) \
+        if need_w else None
     grad_x = torch.zeros((tokens, x.shape[1]), dtype=torch.float32, device=x.device) \
-        if activation is None else None
+        if activation is None and need_x else None
     for k in range(top_k):
         for e, rows in _expert_rows(topk_ids[:, k], weight.shape[0]):
-            grad_w[rows, k] = (g[rows] * F.linear(xq[rows], w[e])).sum(-1)
+            if grad_w is not None:
+                grad_w[rows, k] = (g[rows] * F.linear(xq[rows], w[e])).sum(-1)
             if grad_x is not None:  # (rows distinct within a slot: slot k's term added once)
                 grad_x[rows] += topk_weights[rows, k, None].float() * (g[rows] @ w[e])
-    return (None if grad_x is None else grad_x.to(x.dtype)), grad_w.to(topk_weights.dtype)
+    return (None if grad_x is None else grad_x.to(x.dtype),
+            None if grad_w is None else grad_w.to(topk_weights.dtype))
 
 
 def _fp32_operands(x: Tensor, weight: MXTensor, activation: QuantKey | None,

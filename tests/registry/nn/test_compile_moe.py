@@ -154,6 +154,30 @@ def test_every_kernel_gives_the_reference_gradients_eager_and_compiled(scheme):
     assert want[1] is None or close(want[1], x.grad)
 
 
+def test_backward_computes_only_the_gradients_autograd_asks_for(monkeypatch):
+    """Tokens alone, or router logits alone, requiring grad: the backward op is told so and
+    skips the other gradient, and the one asked for has the bits of a run that asked for
+    both."""
+    layer = experts("w_mxfp4", "triton")
+    x0, logits0 = tokens(4)
+    seen = []
+    real = moe_op.grouped_experts_reference_grads
+    monkeypatch.setattr(moe_op, "grouped_experts_reference_grads",
+                        lambda *a, **kw: (seen.append((kw["need_x"], kw["need_w"])),
+                                          real(*a, **kw))[1])
+
+    def grads(x_grad: bool, w_grad: bool):
+        x, logits = x0.clone().requires_grad_(x_grad), logits0.clone().requires_grad_(w_grad)
+        layer(x, logits, TOP_K).square().sum().backward()
+        return x.grad, logits.grad
+
+    both = grads(True, True)
+    only_x, only_w = grads(True, False), grads(False, True)
+    assert seen == [(True, True), (True, False), (False, True)]
+    assert only_x[1] is None and torch.equal(only_x[0], both[0])
+    assert only_w[0] is None and torch.equal(only_w[1], both[1])
+
+
 def test_inference_calls_skip_the_op(monkeypatch):
     """No grad recorded (no_grad, or nothing requires grad): the kernel runs with no op
     dispatch, its output has no grad_fn."""
