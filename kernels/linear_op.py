@@ -32,11 +32,10 @@ from torch import Tensor
 
 from kernels.base import LinearKernel, PreparedWeight
 from kernels.mx import mx_dequantize
-from kernels.op_handles import HandleTable, UnknownHandleError, needs_grad
+from kernels.op_handles import HandleTable, UnknownHandleError, takes_op
 from kernels.spec.contract import MX_BLOCK
 
 _TABLE = HandleTable("ocp_mx::linear", "kernels.linear_op.register_prepared")
-_is_compiling = torch.compiler.is_compiling
 
 
 def register_prepared(kernel: LinearKernel, prepared: PreparedWeight) -> int:
@@ -139,8 +138,8 @@ def mx_linear(x: Tensor, kernel: LinearKernel, prepared: PreparedWeight, bias: O
               handle: int) -> Tensor:
     """The MX linear layer: `kernel.apply` directly in eager inference (no op dispatch: the
     per-call host cost matters), `torch.ops.ocp_mx.linear` while torch.compile / export traces
-    and where autograd records the call (`needs_grad`)."""
-    if _is_compiling() or needs_grad(x, bias):
+    and where autograd records the call (`takes_op`)."""
+    if takes_op(x, bias):
         mx = prepared.weight
         return torch.ops.ocp_mx.linear(x, mx.data, mx.scales, bias, handle)
     return kernel.apply(x, prepared, bias)

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from kernels import choice, moe_op
-from kernels.op_handles import needs_grad
+from kernels.op_handles import takes_op
 from kernels.base import static_scale
 from kernels.dispatch import activation_qdq
 from kernels.mx import FLOAT_DTYPES, MXTensor, check_device, mx_quantize
@@ -276,7 +276,7 @@ class MXGroupedExperts(nn.Module):
         if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
             raise ValueError(f"{_WHERE}: out_dtype {out_dtype} is not float32, bfloat16 or "
                              "float16")
-        if _is_compiling() or needs_grad(x2d, weights):
+        if takes_op(x2d, weights):
             return torch.ops.ocp_mx.grouped_experts(
                 x2d, self.weight_data, self.weight_scales, self.act_scale, ids, weights,
                 check_range, self._handle, out_dtype)

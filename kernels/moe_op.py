@@ -9,7 +9,7 @@ body runs the layer's eager path: the kernel resolve chose for where the tensors
 activation QDQ, and the expert-id range check that traced code cannot do without a host sync.
 
 Eager inference does not go through the op (its dispatch costs host time on every call); eager
-calls that autograd records do (kernels.op_handles.needs_grad), so every kernel gives the same
+calls that autograd records do (kernels.op_handles.takes_op), so every kernel gives the same
 gradients: its autograd formula is the reference kernel's, in an op of its own
 (`ocp_mx::grouped_experts_backward`) — the tokens' gradient (none through an activation QDQ,
 which is piecewise constant) and the routing weights' (so the router trains). The table keeps a
@@ -47,7 +47,7 @@ def lookup(handle: int) -> Any:
     layer = _TABLE.lookup(handle)()
     if layer is None:  # collected, its finalizer not yet run
         _TABLE.release(handle)
-        return _TABLE.lookup(handle)
+        raise _TABLE.unknown(handle)
     return layer
 
 

@@ -4,7 +4,7 @@ Why: an op schema carries tensors, ints, floats and dtypes, not a kernel, its pr
 a layer. A layer registers what its op needs once and passes the int; the handle is a constant in
 compiled graphs, so re-pointing it (`update`) recompiles nothing. Handles are process-local and
 unique across every table (one counter), so a handle given to the wrong op fails as unknown.
-`needs_grad` says when an eager call takes its op too (autograd records it).
+`takes_op` says when a call goes through its op rather than the kernel directly.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class HandleTable:
 
     def update(self, handle: int, value: Any) -> None:
         if handle not in self._entries:
-            raise UnknownHandleError(self._unknown(handle))
+            raise self.unknown(handle)
         self._entries[handle] = value
 
     def release(self, handle: int) -> None:
@@ -44,11 +44,15 @@ class HandleTable:
     def lookup(self, handle: int) -> Any:
         """The object of `handle`; a one-line UnknownHandleError if there is none."""
         if handle not in self._entries:
-            raise UnknownHandleError(self._unknown(handle))
+            raise self.unknown(handle)
         return self._entries[handle]
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def unknown(self, handle: int) -> UnknownHandleError:
+        """The one-line error for a handle with no live object (raise it)."""
+        return UnknownHandleError(self._unknown(handle))
 
     def _unknown(self, handle: int) -> str:
         return (f"{self._op}: unknown handle {handle} (released, or registered in another "
@@ -56,11 +60,15 @@ class HandleTable:
                 f"compiled graph runs ({self._how} gives a handle)")
 
 
-def needs_grad(*tensors: Optional[Tensor]) -> bool:
-    """Whether autograd records a call on these inputs (grad mode on, one of them requires
-    grad): then an eager call goes through its op too, whose autograd formula gives every
-    kernel the same gradients (a Triton kernel's output has no grad_fn of its own)."""
+def takes_op(*tensors: Optional[Tensor]) -> bool:
+    """Whether a call on these inputs goes through its `ocp_mx::` op: while torch.compile /
+    export traces, and where autograd records the call (grad mode on, one of them requires
+    grad), whose autograd formula gives every kernel the same gradients (a Triton kernel's
+    output has no grad_fn of its own). Else the kernel runs directly: no op dispatch, whose
+    host cost every eager inference call would pay."""
+    if torch.compiler.is_compiling():
+        return True
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-__all__ = ["HandleTable", "UnknownHandleError", "needs_grad"]
+__all__ = ["HandleTable", "UnknownHandleError", "takes_op"]
