@@ -119,7 +119,8 @@ def run_peer(name: str, shapes, ms, device: str, seed: int = 0,
                 try:
                     judge(row, copies[0](x)[:rows], ref.apply(x[:rows], prepared),
                           "reference-emulation", f"the first {rows} rows")
-                    if row.status == "ok" and base_row.bf16_eager_us is None:
+                    if row.status == "ok" and None in (base_row.bf16_eager_us,
+                                                       base_row.bf16_loop_us):
                         row.notes.append(f"not timed: our row is {base_row.status}, so this "
                                          "run has no bf16 baseline for it")
                     elif row.status == "ok":
