@@ -114,6 +114,8 @@ def _backward(ctx: Any, grad: Tensor) -> tuple:
     x, weight, weight_scale, act_scale, ids, weights = ctx.saved_tensors
     keep_x = ctx.needs_input_grad[0] and not ctx.through_qdq
     keep_w = ctx.needs_input_grad[5]
+    if not (keep_x or keep_w):  # only the tokens asked, through a QDQ: no gradient to compute
+        return (None,) * 9
     grad_x, grad_w = torch.ops.ocp_mx.grouped_experts_backward(
         grad, x, weight, weight_scale, act_scale, ids, weights, ctx.handle, keep_x, keep_w)
     return (grad_x if keep_x else None, None, None, None, None,

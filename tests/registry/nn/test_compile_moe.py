@@ -176,6 +176,10 @@ def test_backward_computes_only_the_gradients_autograd_asks_for(monkeypatch):
     assert seen == [(True, True), (True, False), (False, True)]
     assert only_x[1] is None and torch.equal(only_x[0], both[0])
     assert only_w[0] is None and torch.equal(only_w[1], both[1])
+    seen.clear()  # tokens alone through a QDQ layer: nothing to compute, the op is not called
+    x = x0.clone().requires_grad_(True)
+    experts("w_mxfp4_a_mxfp4", "triton")(x, logits0, TOP_K).square().sum().backward()
+    assert x.grad is None and seen == []
 
 
 def test_inference_calls_skip_the_op(monkeypatch):
