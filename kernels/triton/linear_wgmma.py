@@ -71,7 +71,7 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
                          X_TMA: gl.constexpr = False, PDL: gl.constexpr = False,
                          ACT_ROWS: gl.constexpr = 0, OVERLAP: gl.constexpr = False,
-                         GROUP_M: gl.constexpr = 1):
+                         GROUP_M: gl.constexpr = 1, PERSIST: gl.constexpr = False):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
@@ -98,9 +98,9 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     its wgmma (`_keep`): ptxas does not track an in-flight wgmma's A registers across the back
     edge, and a wait's `deps` does not hold them (benchmarks part 32). The ring refills the slot
     two tiles back, not the one in flight (D = STAGES - 2).
-    GROUP_M: run_wgmma's argument of the ws kernel (its programs' order); 1 here: a call is one
-    M tile (WgmmaConfig.group_m)."""
-    gl.static_assert(GROUP_M == 1)
+    GROUP_M, PERSIST: run_wgmma's arguments of the ws kernel (its programs' order, persistent
+    programs); 1 / False here: a call is one M tile (WgmmaConfig.group_m / persistent)."""
+    gl.static_assert(GROUP_M == 1 and not PERSIST)
     G: gl.constexpr = WARPS * REP  # 16-row groups a tile (the layout's `warps`)
     BLOCK_N: gl.constexpr = 16 * G
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
@@ -339,6 +339,8 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
                            plan.n))
             return
     grid = (plan.grid_n, tiles, plan.split)
+    if cfg.persistent:  # at most a program an SM, each walking output tiles (linear_wgmma_ws)
+        grid = (min(plan.grid_n * tiles, sm_count(x2d.device)), 1, 1)
     part, lock = workspace(plan.split * grid[0] * grid[1] * 16 * cfg.groups * cfg.block_m
                            if plan.split > 1 else 1, x2d.device)
     b = bias if bias is not None else lock
@@ -351,7 +353,7 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
             x2d.stride(0), out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m,
             cfg.block_k, cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt,
             plan.act, cfg.sub_k, cfg.rep, cfg.tma_x, plan.pdl, plan.act_rows, plan.overlap,
-            cfg.group_m)
+            cfg.group_m, cfg.persistent)
     kernel = _ws_linear_kernel if cfg.ws else _wgmma_linear_kernel
     compiled = launcher.launch(kernel, key, grid, args, num_warps=cfg.warps, num_stages=1,
                                maxnreg=cfg.maxnreg, pdl=plan.pdl)
@@ -362,6 +364,16 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
         plan.fast[(stream, tiles)] = launcher.Bound(compiled, grid, args, _PER_CALL)
 
 
+def sm_count(device: torch.device) -> int:
+    """The device's SMs (the persistent grid's bound), looked up once a device."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    found = _SMS.get(index)
+    if found is None:
+        found = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return found
+
+
+_SMS: dict = {}
 # Bounds a plan keeps ((stream, M tiles) pairs: a decode step's M is one tile, prefill's vary;
 # past one M tile only once wgmma_gates.TILES_BOUND_VERIFIED)
 FAST_BOUNDS = 64

@@ -47,8 +47,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from kernels.triton.wgmma_config import BLOCK_M_WIDE
 from kernels.triton.wgmma_decode import acc_layout, decode, slot_operands, words_layout
 from kernels.triton.wgmma_tiles import (X_SMEM, _tma_load, cta_barrier, expert_rows, finish_tile,
-                                        grid_wait, layout_chunks, reinterpret, tile_ids,
-                                        weight_ring)
+                                        finish_tile_at, grid_wait, layout_chunks, reinterpret,
+                                        tile_at, tile_ids, weight_ring)
 
 ROW = 256  # elements a row of a weight operand's flat TMA view (a box is [rows, ROW])
 WREGS = gl.constexpr(232)  # registers a consumer warp (setmaxnreg; the first: what is left)
@@ -102,7 +102,7 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                       ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
                       X_TMA: gl.constexpr = True, PDL: gl.constexpr = False,
                       ACT_ROWS: gl.constexpr = 0, OVERLAP: gl.constexpr = False,
-                      GROUP_M: gl.constexpr = 1):
+                      GROUP_M: gl.constexpr = 1, PERSIST: gl.constexpr = False):
     """x_ptr: TMA descriptor of x [M, K] ([BLOCK_M, BLOCK_K] boxes); w_ptr / b_ptr / s_ptr:
     `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
     consumer; the second and the loader are warp_specialize's workers). GROUPED (MoE experts,
@@ -110,8 +110,12 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     order; the descriptors span every expert, stride_we words an expert). PDL: as the
     one-partition kernel's: the loader issues the first ring's weight copies, then waits for
     the activation QDQ before its first x copy (`_loader`). GROUP_M: the programs' order over
-    the output tiles (wgmma_tiles.tile_ids: bands of M tiles sharing each weight tile in L2)."""
+    the output tiles (wgmma_tiles.tile_ids: bands of M tiles sharing each weight tile in L2).
+    PERSIST (the wide tile, dense, no split; `WgmmaConfig.persistent`): a grid of at most one
+    program an SM, each walking the output tiles t = program, program + programs, ... in
+    tile_at's order, the ring running on from tile to tile (`_persistent_loader`)."""
     gl.static_assert(not (PDL and GROUPED))
+    gl.static_assert(not PERSIST or (BLOCK_M == _WIDE_M and SPLIT == 1 and not GROUPED))
     gl.static_assert(GROUP_M == 1 or not GROUPED)
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
     # BLOCK_M 256 (large M): 128 weight rows, consumer C the layout's block 2 * pid + C in its
@@ -150,18 +154,32 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
         mbarrier.init(empty.index(s), count=2 if WIDE else 1)  # (WIDE: both read a slot)
     mbarrier.init(red_bar, count=1)
     fence_async_shared()  # the inits before any TMA copy completes on them
-    gl.warp_specialize([
-        (_first_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
-                           bias_ptr, out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0,
-                           rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT, BLOCK_M,
-                           BLOCK_K, STAGES, FMT, GROUP_M)),
-        (_second_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
-                            bias_ptr, out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0,
-                            rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT,
-                            BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M)),
-        (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full, empty,
-                   row0, tile0, block_tiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES, FMT, PDL)),
-    ], [4, 1], [WREGS, LOADER_REGS])
+    if PERSIST:
+        gl.warp_specialize([
+            (_persistent_first, (x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr,
+                                 M, N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT,
+                                 GROUP_M)),
+            (_persistent_second, (x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr,
+                                  M, N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT,
+                                  GROUP_M)),
+            (_persistent_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem,
+                                  full, empty, M, N, K, BLOCK_M, BLOCK_K, STAGES, FMT, PDL,
+                                  GROUP_M)),
+        ], [4, 1], [WREGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([
+            (_first_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
+                               bias_ptr, out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0,
+                               rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT,
+                               BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M)),
+            (_second_consumer, (x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_bar,
+                                bias_ptr, out_ptr, part_ptr, lock_ptr, dest_ptr, rw_ptr, row0,
+                                rows_left, N, stride_o, k_lo, k_hi, HAS_BIAS, GROUPED, SPLIT,
+                                BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M)),
+            (_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem, full,
+                       empty, row0, tile0, block_tiles, k_lo, k_hi, BLOCK_M, BLOCK_K, STAGES,
+                       FMT, PDL)),
+        ], [4, 1], [WREGS, LOADER_REGS])
 
 
 @gluon.jit
@@ -219,9 +237,11 @@ def _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s, tile0
 @gluon.jit
 def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi,
              BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-             FMT: gl.constexpr):
+             FMT: gl.constexpr, i0=0):
     """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows and the
-    program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its own 64 rows."""
+    program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its own 64 rows. i0:
+    the ring position of tile k_lo (the persistent kernel's: the K tiles of its earlier
+    output tiles)."""
     WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     NBH: gl.constexpr = BLOCK_K // 128
     WL: gl.constexpr = words_layout(4, NBH)
@@ -230,7 +250,7 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     acc = gl.zeros([64, BLOCK_M], gl.float32, MMA)
     for kk in range(k_lo + (0 if WIDE else C), k_hi, 1 if WIDE else 2):
-        i = kk - k_lo
+        i = i0 + kk - k_lo
         s = i % STAGES
         mbarrier.wait(full.index(s), (i // STAGES) & 1)
         ws = C * STAGES + s if WIDE else s  # the slot of the consumer's weight rows
@@ -284,6 +304,83 @@ def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_
         red_smem.store(acc)
         cta_barrier()  # (this partition's 128 threads) every store in before the arrive
         mbarrier.arrive(red_bar)
+
+
+
+@gluon.jit
+def _tile_grid(M, N, BLOCK_M: gl.constexpr):
+    """(weight tiles, M tiles) of the wide tile's output: 128 weight rows (N's layout padded to
+    whole 128, `weight_programs`) by BLOCK_M activation rows."""
+    return (N + 127) // 128, (M + BLOCK_M - 1) // BLOCK_M
+
+
+@gluon.jit
+def _persistent_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full,
+                       empty, M, N, K, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+                       STAGES: gl.constexpr, FMT: gl.constexpr, PDL: gl.constexpr,
+                       GROUP_M: gl.constexpr):
+    """`_loader` over each of the program's output tiles in turn, ring position i running on
+    across them, so the next tile's copies land while the consumers store this one's output.
+    PDL: the wait for the activation QDQ before any copy."""
+    XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
+    ktiles = (K + BLOCK_K - 1) // BLOCK_K
+    block_tiles = layout_chunks(K) // (BLOCK_K // 128)
+    grid_n, grid_m = _tile_grid(M, N, BLOCK_M)
+    if PDL:
+        grid_wait()
+    i = 0
+    for t in range(gl.program_id(0), grid_n * grid_m, gl.num_programs(0)):
+        pid_n, pid_m = tile_at(t, grid_n, grid_m, GROUP_M)
+        for kk in range(0, ktiles):
+            s = i % STAGES
+            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+            _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s,
+                          pid_n * 2 * block_tiles, block_tiles, kk, XB, BLOCK_M, BLOCK_K,
+                          STAGES, FMT)
+            _tma_load(x_desc, [pid_m * BLOCK_M, kk * BLOCK_K], full.index(s), x_smem.index(s))
+            i += 1
+
+
+@gluon.jit
+def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty,
+                         bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS: gl.constexpr,
+                         BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+                         FMT: gl.constexpr, GROUP_M: gl.constexpr):
+    """Consumer C of the wide tile over each of the program's output tiles: its 64 weight rows'
+    sum over every K tile (`_consume`, the same order as the grid kernel's: the same bits),
+    then their output (PART C of 2)."""
+    ktiles = (K + BLOCK_K - 1) // BLOCK_K
+    grid_n, grid_m = _tile_grid(M, N, BLOCK_M)
+    i0 = 0
+    for t in range(gl.program_id(0), grid_n * grid_m, gl.num_programs(0)):
+        pid_n, pid_m = tile_at(t, grid_n, grid_m, GROUP_M)
+        acc = _consume(C, x_smem, w_smem, b_smem, s_smem, full, empty, 0, ktiles, BLOCK_M,
+                       BLOCK_K, STAGES, FMT, i0)
+        row0 = pid_m * BLOCK_M
+        finish_tile_at(pid_n, acc, out_ptr, out_ptr, out_ptr, row0, M - row0, N, stride_o,
+                       bias_ptr, out_ptr, out_ptr, HAS_BIAS, False, 1, 64, BLOCK_M,
+                       acc_layout(4, BLOCK_M), 2, C)
+        i0 += ktiles
+
+
+@gluon.jit
+def _persistent_first(x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr, M, N, K,
+                      stride_o, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr,
+                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr,
+                      GROUP_M: gl.constexpr):
+    """The default partition of the persistent kernel: consumer 0."""
+    _persistent_consumer(0, x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr, M,
+                         N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M)
+
+
+@gluon.jit
+def _persistent_second(x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr, M, N, K,
+                       stride_o, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr,
+                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr,
+                       GROUP_M: gl.constexpr):
+    """A worker partition of the persistent kernel: consumer 1."""
+    _persistent_consumer(1, x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr, M,
+                         N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M)
 
 
 __all__ = ["ROW", "ws_descriptors"]

@@ -137,10 +137,10 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
     if why:
         raise ValueError(f"moe_wgmma: {why}; use a config without that part (warps 4, sub_k 1, "
                          "rep 1, tma_x False, ws False), or none: the table's")
-    if cfg.overlap or cfg.group_m != 1:
-        raise ValueError(f"moe_wgmma: overlap={cfg.overlap} / group_m={cfg.group_m} are dense "
-                         "launches' (the experts' grid is a tile table): use overlap=False, "
-                         "group_m=1")
+    if cfg.overlap or cfg.group_m != 1 or cfg.persistent:
+        raise ValueError(f"moe_wgmma: overlap={cfg.overlap} / group_m={cfg.group_m} / "
+                         f"persistent={cfg.persistent} are dense launches' (the experts' grid is "
+                         "a tile table): use overlap=False, group_m=1, persistent=False")
     if not layout_holds(cached, weight):
         raise ValueError(f"moe_wgmma: the {weight.fmt} experts' layout cannot hold this weight "
                          "(a finite scale byte past its range, or a code it has no place for: "
@@ -182,7 +182,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
                      cfg.warps, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt), (),
-                     cfg.sub_k, cfg.rep, cfg.tma_x, False, 0, False, 1),
+                     cfg.sub_k, cfg.rep, cfg.tma_x, False, 0, False, 1, False),
                     num_warps=cfg.warps, num_stages=1, maxnreg=cfg.maxnreg)
     return combine(weighted.view(tokens, top_k, n), out_dtype)
 

@@ -48,6 +48,7 @@ class WgmmaConfig:
     ws: bool = False  # warp-specialized (linear_wgmma_ws): a TMA loader warp, two consumers
     overlap: bool = False  # K tiles in pairs, each wgmma in flight under the next tile's decode
     group_m: int = 1  # M tiles a band of programs walks N with (wgmma_tiles.tile_ids; 1: N first)
+    persistent: bool = False  # wide tile, no split: a program an SM walks output tiles in turn
 
     @property
     def groups(self) -> int:
@@ -81,6 +82,10 @@ class WgmmaConfig:
                              f"block_m={BLOCK_M_WIDE} (got {self.block_m}): M tiles a band of "
                              "programs shares each weight tile with; a smaller tile runs one M "
                              "tile a call, nothing to group")
+        if self.persistent and (self.block_m != BLOCK_M_WIDE or self.split != 1):
+            raise ValueError(f"WgmmaConfig: persistent=True needs block_m={BLOCK_M_WIDE} and "
+                             f"split=1 (got block_m={self.block_m}, split={self.split}): its "
+                             "programs walk the wide tile's output tiles, each whole")
         if self.warps not in (4, 8):
             raise ValueError(f"WgmmaConfig: warps={self.warps} is not 4 or 8 (one or two "
                              "warpgroups)")

@@ -47,6 +47,10 @@ WIDE_M_VERIFIED = True
 # The wide tile with split-K (M = 129-256 on N < 16384; each consumer's partial parked and
 # summed in slice order: wgmma_tiles.finish_tile) (H200, 0406a8b, 2026-12-03).
 WIDE_SPLIT_VERIFIED = True
+# The wide tile persistent (WgmmaConfig.persistent: a program an SM walks output tiles, its ring
+# running on so the next tile's copies land under this tile's output): written 2026-12-07
+# without a GPU (compiled for sm_90a in CPU CI); off until its GPU test passes a whole suite.
+PERSISTENT_VERIFIED = False
 
 
 def table_config(cfg: object) -> object:
@@ -89,6 +93,9 @@ def gated(cfg: WgmmaConfig) -> Optional[str]:
     if cfg.block_m == BLOCK_M_WIDE and not WIDE_M_VERIFIED:
         return f"block_m={BLOCK_M_WIDE} (large M, two consumers of 64 weight rows): written, " \
             "not yet verified on a GPU"
+    if cfg.persistent and not PERSISTENT_VERIFIED:
+        return "persistent (a program an SM walking the wide tile's output tiles): written, " \
+            "not yet verified on a GPU"
     if cfg.block_m == BLOCK_M_WIDE and cfg.split > 1 and not WIDE_SPLIT_VERIFIED:
         return f"block_m={BLOCK_M_WIDE} with split-K (split={cfg.split}): written, not yet " \
             "verified on a GPU"
@@ -106,6 +113,7 @@ TILES_BOUND_VERIFIED = True
 
 
 __all__ = ["FP6_VERIFIED", "FP8_VERIFIED", "INT8_VERIFIED", "K_TAIL_VERIFIED", "OVERLAP_VERIFIED",
+           "PERSISTENT_VERIFIED",
            "REP_VERIFIED", "SUB_K_VERIFIED", "TILES_BOUND_VERIFIED", "TMA_X_VERIFIED",
            "WARPS_VERIFIED", "WIDE_M_VERIFIED", "WIDE_SPLIT_VERIFIED", "WS_VERIFIED", "gated",
            "passed_over", "table_config"]

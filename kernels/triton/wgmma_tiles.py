@@ -94,13 +94,24 @@ def tile_ids(GROUP_M: gl.constexpr = 1):
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
     else:
-        grid_n = gl.num_programs(0)
-        grid_m = gl.num_programs(1)
-        pid = gl.program_id(1) * grid_n + gl.program_id(0)  # launch order
-        band = pid // (GROUP_M * grid_n)
+        pid_n, pid_m = tile_at(gl.program_id(1) * gl.num_programs(0) + gl.program_id(0),
+                               gl.num_programs(0), gl.num_programs(1), GROUP_M)
+    return pid_n, pid_m
+
+
+@gluon.jit
+def tile_at(t, grid_n, grid_m, GROUP_M: gl.constexpr = 1):
+    """(weight tile, M tile) of output tile t in launch order over a grid_n x grid_m grid of
+    them: N fastest (GROUP_M 1), or in bands of GROUP_M M tiles (`tile_ids`); the persistent
+    kernel's order over the tiles it walks (linear_wgmma_ws, `WgmmaConfig.persistent`)."""
+    if GROUP_M == 1:
+        pid_n = t % grid_n
+        pid_m = t // grid_n
+    else:
+        band = t // (GROUP_M * grid_n)
         first_m = band * GROUP_M
         rows = gl.minimum(grid_m - first_m, GROUP_M)  # M tiles in this band (the last: fewer)
-        within = pid - band * (GROUP_M * grid_n)
+        within = t - band * (GROUP_M * grid_n)
         pid_m = first_m + within % rows
         pid_n = within // rows
     return pid_n, pid_m
@@ -119,9 +130,21 @@ def finish_tile(acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o, 
     weight rows are PARTS blocks of BLOCK_N, each finished by its own partition (PART: which;
     the wide ws tile's consumers), each an output tile of its own. GROUP_M: the program order
     (`tile_ids`); the split-K slot of a tile is its grid position, whichever tile it holds."""
+    pid_n, _ = tile_ids(GROUP_M)
+    finish_tile_at(pid_n, acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o,
+                   bias_ptr, dest_ptr, rw_ptr, HAS_BIAS, GROUPED, SPLIT, BLOCK_N, BLOCK_M, MMA,
+                   PARTS, PART)
+
+
+@gluon.jit
+def finish_tile_at(pid_n, acc, out_ptr, part_ptr, lock_ptr, row0, rows_left, N, stride_o,
+                   bias_ptr, dest_ptr, rw_ptr, HAS_BIAS: gl.constexpr, GROUPED: gl.constexpr,
+                   SPLIT: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                   MMA: gl.constexpr, PARTS: gl.constexpr = 1, PART: gl.constexpr = 0):
+    """`finish_tile` of weight tile pid_n (the persistent kernel's: its tile, not its grid
+    position; SPLIT 1 there)."""
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-    pid_n, _ = tile_ids(GROUP_M)
     orow = (pid_n * PARTS + PART) * BLOCK_N + rows  # output features
     if SPLIT > 1:
         tile = (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * PARTS + PART
@@ -328,5 +351,6 @@ def copyable_rows(x2d: Tensor) -> Tensor:
 
 __all__ = ["ACT_VERIFIED", "X_SMEM", "XDesc", "act_facts", "copy_tile", "copy_weight_tile",
            "copy_x_tile", "copyable_rows", "cta_barrier", "expert_rows", "finish_tile",
-           "grid_wait", "layout_chunks", "qdq_layout", "qdq_rows", "qdq_x_tile", "reinterpret",
-           "store_out", "weight_ring", "x_descriptor", "x_mask"]
+           "finish_tile_at", "grid_wait", "layout_chunks", "qdq_layout", "qdq_rows",
+           "qdq_x_tile", "reinterpret", "store_out", "tile_at", "tile_ids", "weight_ring",
+           "x_descriptor", "x_mask"]

@@ -25,12 +25,15 @@ def test_a_spec_is_its_config() -> None:
     assert ovl.overlap and tune_linear.wgmma_name(ovl).endswith("s2 st4 w4 ovl")
     band = tune_linear.forced_spec("256:128:1:2:4:0:1:1:1:1:0:8")
     assert band.group_m == 8 and tune_linear.wgmma_name(band).endswith("st2 w4 tma ws g8")
+    pst = tune_linear.forced_spec("256:128:1:3:4:0:1:1:1:1:0:4:1")
+    assert pst.persistent and not band.persistent and \
+        tune_linear.wgmma_name(pst).endswith("st3 w4 tma ws g4 pst")
     assert [tune_linear.tile_of(m) for m in (1, 8, 9, 100, 128)] == [8, 8, 16, 128, 128]
 
 
-@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9:1:1:1:1"))
+@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9:1:1:1:1:1"))
 def test_a_malformed_spec_says_what_is_wanted(spec: str) -> None:
-    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 12 integers, "
+    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 13 integers, "
                                          r"block_m:block_k:split:stages:warps"):
         tune_linear.forced_spec(spec)
 
@@ -43,6 +46,9 @@ def test_a_spec_past_the_verified_tiles_gets_the_configs_error() -> None:
     with pytest.raises(ValueError, match=r"group_m=4 needs 1..64 and, past 1, block_m=256 "
                                          r"\(got 128\)"):
         tune_linear.forced_spec("128:128:1:4:4:0:1:1:1:1:0:4")
+    with pytest.raises(ValueError, match=r"persistent=True needs block_m=256 and split=1 \(got "
+                                         r"block_m=256, split=2\)"):
+        tune_linear.forced_spec("256:128:2:3:4:0:1:1:1:1:0:1:1")
 
 
 @pytest.mark.parametrize("shapes,error", (("8192x100", r"K=100 is not a multiple of the MX block"),

@@ -95,9 +95,43 @@ def test_the_program_order_is_the_wide_tiles_and_dense_only(monkeypatch) -> None
     for cfg in (ws_config(block_m=256, stages=2, group_m=4),
                 lw.WgmmaConfig(block_m=16, block_k=128, split=1, stages=3, overlap=True)):
         monkeypatch.setattr(wgmma_gates, "OVERLAP_VERIFIED", True)
-        with pytest.raises(ValueError, match=r"moe_wgmma: overlap=\w+ / group_m=\d+ are dense "
-                                             r"launches' \(the experts' grid is a tile table\)"):
+        with pytest.raises(ValueError, match=r"moe_wgmma: overlap=\w+ / group_m=\d+ / "
+                                             r"persistent=False are dense launches' \(the "
+                                             r"experts' grid is a tile table\)"):
             small_moe_call(cfg, monkeypatch)
+
+
+def test_persistent_programs_are_the_wide_tiles_dense_and_gated(monkeypatch) -> None:
+    """persistent (a program an SM walking output tiles): the wide tile without split-K only;
+    gated (passed over, its reason); MoE experts refuse it in one line; the launch is at most
+    a program an SM, grid axis 0 alone, and passes PERSIST (whose kernel keeps each tile's K
+    order: the grid order's bits, checked on the GPU)."""
+    pst = ws_config(block_m=256, stages=3, persistent=True)
+    for bad in (dict(block_m=128), dict(block_m=256, stages=3, split=2)):
+        with pytest.raises(ValueError, match=r"persistent=True needs block_m=256 and split=1 "
+                                             r"\(got block_m=\d+, split=\d\): its programs walk"):
+            ws_config(persistent=True, **bad)
+    monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
+    monkeypatch.setattr(wgmma_gates, "PERSISTENT_VERIFIED", False)
+    assert wgmma_gates.gated(pst) == ("persistent (a program an SM walking the wide tile's "
+                                      "output tiles): written, not yet verified on a GPU")
+    assert wgmma_gates.passed_over(pst)
+    monkeypatch.setattr(wgmma_gates, "PERSISTENT_VERIFIED", True)
+    assert wgmma_gates.gated(pst) is None and not wgmma_gates.passed_over(pst)
+    with pytest.raises(ValueError, match=r"moe_wgmma: overlap=False / group_m=1 / "
+                                         r"persistent=True are dense launches'"):
+        small_moe_call(pst, monkeypatch)
+    general, _ = record_launches(monkeypatch, pst)
+    monkeypatch.setattr(lw, "sm_count", lambda device: 7)
+    gen = torch.Generator().manual_seed(9)
+    k = 512
+    prepared = KERNEL.prepare(fp4_weight(600, k, gen), SchemeContract(weight=key("mxfp4"),
+                                                                      activation=None))
+    for m, programs in ((1100, 7), (300, 7), (200, 5)):  # 5 weight tiles x 5 / 2 / 1 M tiles
+        fused_linear(torch.randn(m, k).to(torch.bfloat16), prepared, torch.randn(600))
+        fn, warps, grid, args = general.pop()
+        assert fn is ws._ws_linear_kernel and grid == (programs, 1, 1), (m, grid)
+        assert args["PERSIST"] is True and args["SPLIT"] == 1 and args["M"] == m
 
 
 def small_moe_call(cfg, monkeypatch) -> None:
@@ -264,7 +298,8 @@ for c in json.loads(sys.stdin.read()):
     consts = dict(HAS_BIAS=c["HAS_BIAS"], SPLIT=c["SPLIT"], BLOCK_M=c["BLOCK_M"],
                   BLOCK_K=c["BLOCK_K"], STAGES=c["STAGES"], WARPS=4, K_TAIL=False,
                   GROUPED=c.get("GROUPED", False), FMT=c["FMT"], ACT=(), SUB_K=1, REP=1,
-                  X_TMA=True, PDL=False, GROUP_M=c.get("GROUP_M", 1))
+                  X_TMA=True, PDL=False, GROUP_M=c.get("GROUP_M", 1),
+                  PERSIST=c.get("PERSIST", False))
     kern, sig, attrs = wgmma_signature(consts, ws=True)
     found.append(ptx_facts(kern, sig, consts, attrs, (
         r"wgmma\\.mma_async", r"m64n256k16", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
@@ -292,7 +327,12 @@ COMPILE_CASES = [
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=3, HAS_BIAS=False, GROUPED=True),
     # the programs in bands of M tiles (GROUP_M: wgmma_tiles.tile_ids)
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False, GROUP_M=8),
-    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=2, HAS_BIAS=True, GROUP_M=4)]
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=2, HAS_BIAS=True, GROUP_M=4),
+    # persistent programs (a program an SM walking the output tiles)
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=True, PERSIST=True),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False, PERSIST=True,
+         GROUP_M=4),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False, PERSIST=True)]
 
 
 @pytest.fixture(scope="module")
@@ -324,6 +364,6 @@ def test_the_ws_kernel_compiles_for_sm90(index: int, compiled_cases: list) -> No
     assert found[r"ld\.local"] == 0 and found[r"st\.local"] == 0
     assert found[r"st\.shared"] <= c["BLOCK_M"] // 4 + 8  # (a decoded tile: 8 more a 128 K)
     # the grid's M extent is read by the banded order only (and a split tile's partials, an
-    # MoE tile table's size)
-    assert (found[r"%nctaid\.y"] > 0) == (c.get("GROUP_M", 1) > 1 or c["SPLIT"] > 1 or
-                                           c.get("GROUPED", False))
+    # MoE tile table's size); persistent programs walk a tile grid of their own (M, N)
+    assert (found[r"%nctaid\.y"] > 0) == (not c.get("PERSIST") and (
+        c.get("GROUP_M", 1) > 1 or c["SPLIT"] > 1 or c.get("GROUPED", False)))

@@ -186,3 +186,34 @@ def test_banded_program_order_gives_the_same_bits(fmt: str, monkeypatch) -> None
             case = (fmt, m, split, group, b is not None)
             assert torch.equal(got.view(torch.int16), want.view(torch.int16)), case
             assert close(got, reference_bf16(x, prepared, b)), case
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ("mxfp4", "mxfp6_e3m2", "mxfp8_e4m3", "mxint8"))
+def test_persistent_programs_give_the_grid_orders_bits(fmt: str, monkeypatch) -> None:
+    """persistent (a program an SM walking the wide tile's output tiles, its ring running on from
+    tile to tile): bit for bit the grid kernel's output — 5 weight tiles x 1-5 M tiles (the last
+    part filled), on 3 programs (each several tiles, one fewer than the others), on 25 (a tile
+    each) and on every SM, bands of 1 / 3, bias, zero / subnormal / Inf / NaN activations, K
+    with a tail — and close to reference-emulation."""
+    for gate in ("WS_VERIFIED", "WIDE_M_VERIFIED", "PERSISTENT_VERIFIED"):
+        monkeypatch.setattr(wgmma_gates, gate, True)
+    gen = torch.Generator().manual_seed(len(fmt) + 640)
+    n = 600  # 640 padded rows: 5 weight tiles
+    sms = lw.sm_count(torch.device("cuda"))
+    for k, m, group, programs in ((1024, 1100, 1, 3), (1024, 1100, 3, 3), (960, 700, 1, 25),
+                                  (1024, 200, 1, sms), (1024, 1100, 3, sms)):
+        prepared = KERNEL.prepare(weight(fmt, n, k, gen).to("cuda"),
+                                  SchemeContract(weight=key(fmt), activation=None))
+        bias = torch.randn(n, generator=gen).cuda()
+        x = special_rows(m, k, gen)
+        grid = lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2, tma_x=True, ws=True,
+                              group_m=group)
+        walk = dataclasses.replace(grid, persistent=True)
+        monkeypatch.setattr(lw, "sm_count", lambda device, p=programs: p)
+        for b in (None, bias):
+            want = fused_linear(x, prepared, b, strategy="wgmma", config=grid)
+            got = fused_linear(x, prepared, b, strategy="wgmma", config=walk)
+            case = (fmt, k, m, group, programs, b is not None)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), case
+            assert close(got, reference_bf16(x, prepared, b)), case

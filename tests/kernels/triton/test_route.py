@@ -20,6 +20,8 @@ def test_each_config_kind_in_words() -> None:
                                     sub_k=2, maxnreg=128, rep=2)) == "64x128 s2 st3 w8 sub2 r128 rep2"
     assert config_words(WgmmaConfig(block_m=256, block_k=128, split=1, stages=3, tma_x=True,
                                     ws=True, group_m=4)) == "256x128 s1 st3 w4 tma ws g4"
+    assert config_words(WgmmaConfig(block_m=256, block_k=128, split=1, stages=3, tma_x=True,
+                                    ws=True, persistent=True)) == "256x128 s1 st3 w4 tma ws pst"
     assert config_words(WgmmaConfig(block_m=16, block_k=128, split=2, stages=5,
                                     overlap=True)) == "16x128 s2 st5 w4 ovl"
     assert config_words(MmaConfig(16, 64, 256, split=4, warps=4, stages=3)) == "16x64x256 s4 st3 w4"
