@@ -156,12 +156,12 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     fence_async_shared()  # the inits before any TMA copy completes on them
     if PERSIST:
         gl.warp_specialize([
-            (_persistent_first, (x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr,
-                                 M, N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT,
-                                 GROUP_M)),
-            (_persistent_second, (x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr,
-                                  M, N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT,
-                                  GROUP_M)),
+            (_persistent_consumer, (0, x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr,
+                                    out_ptr, M, N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K,
+                                    STAGES, FMT, GROUP_M)),
+            (_persistent_consumer, (1, x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr,
+                                    out_ptr, M, N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K,
+                                    STAGES, FMT, GROUP_M)),
             (_persistent_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem,
                                   full, empty, M, N, K, BLOCK_M, BLOCK_K, STAGES, FMT, PDL,
                                   GROUP_M)),
@@ -348,7 +348,7 @@ def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, 
                          FMT: gl.constexpr, GROUP_M: gl.constexpr):
     """Consumer C of the wide tile over each of the program's output tiles: its 64 weight rows'
     sum over every K tile (`_consume`, the same order as the grid kernel's: the same bits),
-    then their output (PART C of 2)."""
+    then their output (PART C of 2). C 0 is the default partition (the launched 4 warps)."""
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     grid_n, grid_m = _tile_grid(M, N, BLOCK_M)
     i0 = 0
@@ -361,26 +361,6 @@ def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, 
                        bias_ptr, out_ptr, out_ptr, HAS_BIAS, False, 1, 64, BLOCK_M,
                        acc_layout(4, BLOCK_M), 2, C)
         i0 += ktiles
-
-
-@gluon.jit
-def _persistent_first(x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr, M, N, K,
-                      stride_o, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr,
-                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr,
-                      GROUP_M: gl.constexpr):
-    """The default partition of the persistent kernel: consumer 0."""
-    _persistent_consumer(0, x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr, M,
-                         N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M)
-
-
-@gluon.jit
-def _persistent_second(x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr, M, N, K,
-                       stride_o, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr,
-                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr,
-                       GROUP_M: gl.constexpr):
-    """A worker partition of the persistent kernel: consumer 1."""
-    _persistent_consumer(1, x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr, out_ptr, M,
-                         N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M)
 
 
 __all__ = ["ROW", "ws_descriptors"]

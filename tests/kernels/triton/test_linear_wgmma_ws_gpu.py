@@ -179,13 +179,19 @@ def test_banded_program_order_gives_the_same_bits(fmt: str, monkeypatch) -> None
         x = special_rows(m, k, gen)
         grid = lw.WgmmaConfig(block_m=256, block_k=128, split=split, stages=2, tma_x=True,
                               ws=True)
-        band = dataclasses.replace(grid, group_m=group)
-        for b in (None, bias):
-            want = fused_linear(x, prepared, b, strategy="wgmma", config=grid)
-            got = fused_linear(x, prepared, b, strategy="wgmma", config=band)
-            case = (fmt, m, split, group, b is not None)
-            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), case
-            assert close(got, reference_bf16(x, prepared, b)), case
+        same_bits(x, prepared, bias, grid, dataclasses.replace(grid, group_m=group),
+                  (fmt, m, split, group))
+
+
+def same_bits(x, prepared, bias, want_cfg: lw.WgmmaConfig, got_cfg: lw.WgmmaConfig,
+              case: tuple) -> None:
+    """got_cfg's output is want_cfg's bit for bit, with and without bias, and close to
+    reference-emulation."""
+    for b in (None, bias):
+        want = fused_linear(x, prepared, b, strategy="wgmma", config=want_cfg)
+        got = fused_linear(x, prepared, b, strategy="wgmma", config=got_cfg)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (*case, b is not None)
+        assert close(got, reference_bf16(x, prepared, b)), (*case, b is not None)
 
 
 @gpu
@@ -193,8 +199,8 @@ def test_banded_program_order_gives_the_same_bits(fmt: str, monkeypatch) -> None
 def test_persistent_programs_give_the_grid_orders_bits(fmt: str, monkeypatch) -> None:
     """persistent (a program an SM walking the wide tile's output tiles, its ring running on from
     tile to tile): bit for bit the grid kernel's output — 5 weight tiles x 1-5 M tiles (the last
-    part filled), on 3 programs (each several tiles, one fewer than the others), on 25 (a tile
-    each) and on every SM, bands of 1 / 3, bias, zero / subnormal / Inf / NaN activations, K
+    part filled), on 3 programs (8-9 tiles each), on more programs than tiles (a tile each)
+    and on every SM, bands of 1 / 3, bias, zero / subnormal / Inf / NaN activations, K
     with a tail — and close to reference-emulation."""
     for gate in ("WS_VERIFIED", "WIDE_M_VERIFIED", "PERSISTENT_VERIFIED"):
         monkeypatch.setattr(wgmma_gates, gate, True)
@@ -209,11 +215,6 @@ def test_persistent_programs_give_the_grid_orders_bits(fmt: str, monkeypatch) ->
         x = special_rows(m, k, gen)
         grid = lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2, tma_x=True, ws=True,
                               group_m=group)
-        walk = dataclasses.replace(grid, persistent=True)
         monkeypatch.setattr(lw, "sm_count", lambda device, p=programs: p)
-        for b in (None, bias):
-            want = fused_linear(x, prepared, b, strategy="wgmma", config=grid)
-            got = fused_linear(x, prepared, b, strategy="wgmma", config=walk)
-            case = (fmt, k, m, group, programs, b is not None)
-            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), case
-            assert close(got, reference_bf16(x, prepared, b)), case
+        same_bits(x, prepared, bias, grid, dataclasses.replace(grid, persistent=True),
+                  (fmt, k, m, group, programs))
