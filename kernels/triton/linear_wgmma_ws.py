@@ -306,7 +306,6 @@ def _second_consumer(x_smem, w_smem, b_smem, s_smem, full, empty, red_smem, red_
         mbarrier.arrive(red_bar)
 
 
-
 @gluon.jit
 def _tile_grid(M, N, BLOCK_M: gl.constexpr):
     """(weight tiles, M tiles) of the wide tile's output: 128 weight rows (N's layout padded to
