@@ -116,6 +116,15 @@ _WS_WIDE_2_S2 = dataclasses.replace(_WS_WIDE_2, split=2)
 #   8192), 699.0 / 2842.2 -> 695.4 / 2772.0 (8192 x 28672).
 _WS_WIDE_3_G4 = dataclasses.replace(_WS_WIDE_3, group_m=4)
 _WS_WIDE_2_G4 = dataclasses.replace(_WS_WIDE_2, group_m=4)
+# ... persistent (one program an SM walking the output tiles, the ring running on from tile to
+# tile) where the ring is shallow: 2 stages (mxfp8, mxfp6, mxint8). H100 2026-12-07 18:50-18:53
+# UTC (tune_linear, 4 rounds; docs/benchmarks.md part 41), us, the row before -> g4 pst,
+# 8192^2 / 28672 x 8192 / 8192 x 28672:
+#   mxfp8 e4m3 M = 4096 837.2 / 2947.0 / 2843.4 -> 800.4 / 2792.0 / 2628.7 (2-8 %, and 2-5 % in
+#   a 2-round call), M = 1024 206.9 / 716.9 / 703.2 -> 201.1 / 696.0 / 654.0;
+#   mxfp6 e3m2 M = 4096 817.2 / 2912.1 / 2829.7 -> 814.3 / 2873.4 / 2693.6, M = 1024 0.96-1.01.
+# mxfp4 (3 stages) gained nothing (0.97-1.05): its rows keep the grid kernel.
+_WS_WIDE_2_PST = dataclasses.replace(_WS_WIDE_2_G4, persistent=True)
 _WS_64 = WgmmaConfig(block_m=64, block_k=256, split=1, stages=4, tma_x=True, ws=True)
 _WS_128 = WgmmaConfig(block_m=128, block_k=128, split=1, stages=4, tma_x=True, ws=True)
 TABLE: tuple[Choice, ...] = (
@@ -226,7 +235,8 @@ TABLE: tuple[Choice, ...] = (
                                             max_tiles=128, tma_x=True), n_min=8192),
     Choice("fp8", 256, "wgmma", _WS_WIDE_2, n_min=16384),
     Choice("fp8", 256, "wgmma", _WS_WIDE_2_S2),
-    Choice("fp8", LARGE_M, "wgmma", _WS_WIDE_2_G4, n_min=16384),
+    Choice("fp8", LARGE_M, "wgmma", _WS_WIDE_2_PST),
+    Choice("fp8", LARGE_M, "wgmma", _WS_WIDE_2_G4, n_min=16384),  # (while persistent is gated)
     Choice("fp8", LARGE_M, "wgmma", _WS_WIDE_2),
     # mxfp8 e5m2 (or e4m3 where wgmma does not apply) via the fp8 convert: M = 1 / 16 / 64
     # 31.9 / 32.1 / 45.7 us (old 45.5 / 70.4 / 113)
@@ -288,7 +298,8 @@ TABLE: tuple[Choice, ...] = (
     Choice("other", LARGE_M, "wgmma", _WS_WIDE_2, k_min=7168, experts=True),  # (above)
     Choice("other", 256, "wgmma", _WS_WIDE_2, n_min=16384),
     Choice("other", 256, "wgmma", _WS_WIDE_2_S2),  # (as mxfp8: not measured)
-    Choice("other", LARGE_M, "wgmma", _WS_WIDE_2_G4, n_min=16384),
+    Choice("other", LARGE_M, "wgmma", _WS_WIDE_2_PST),
+    Choice("other", LARGE_M, "wgmma", _WS_WIDE_2_G4, n_min=16384),  # (while persistent is gated)
     Choice("other", LARGE_M, "wgmma", _WS_WIDE_2),
     # mxfp6 / mxint8, generic decode: M = 1 the FMA decode (36.6 us, mma 44.6); M <= 64 mma
     # (44.6 / 68 us against 50.2 / 105.6)

@@ -236,13 +236,23 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     # ... and past M = 128 the wide ws tile (256 rows a program; dequant-gemm while it is gated)
     monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
     for family, stages in ((fp4, 3), (fp8, 2), (int8, 2), (fp6, 2)):
-        for m in (129, 4096):
+        # 2 stages: persistent in bands of 4 M tiles on every N (benchmarks part 41); 3 stages
+        # (mxfp4): the grid kernel, in bands on wide layers only (N >= 16384; parts 37 / 38)
+        # past M = 512 (M <= 256: the grid kernel's rows, below)
+        pst = stages == 2
+        for m, large in ((129, False), (4096, True)):
             strategy, cfg = le.strategy_for(m, bf, bf, None, True, family, n=8192, k=8192)
-            assert (strategy, cfg.block_m, cfg.ws, cfg.stages, cfg.group_m) == (
-                "wgmma", 256, True, stages, 1)
-        # ... in bands of 4 M tiles on wide layers (N >= 16384; benchmarks parts 37 / 38)
+            assert (strategy, cfg.block_m, cfg.ws, cfg.stages, cfg.group_m, cfg.persistent) == (
+                "wgmma", 256, True, stages, 4 if pst and large else 1, pst and large), (family, m)
         wide = le.strategy_for(4096, bf, bf, None, True, family, n=28672, k=8192)[1]
-        assert (wide.block_m, wide.stages, wide.group_m) == (256, stages, 4), family
+        assert (wide.block_m, wide.stages, wide.group_m, wide.persistent) == (256, stages, 4,
+                                                                              pst), family
+        # ... and, while persistent is gated, the grid kernel's rows
+        monkeypatch.setattr(wgmma_gates, "PERSISTENT_VERIFIED", False)
+        for n, group_m in ((8192, 1), (28672, 4)):
+            cfg = le.strategy_for(4096, bf, bf, None, True, family, n=n, k=8192)[1]
+            assert (cfg.block_m, cfg.group_m, cfg.persistent) == (256, group_m, False), family
+        monkeypatch.setattr(wgmma_gates, "PERSISTENT_VERIFIED", True)
         assert le.strategy_for(129, bf, bf, None, True, family, skip=("wgmma",), n=8192,
                                k=8192)[0] == "dequant-gemm"
     assert le.strategy_for(128, bf, bf, None, True, fp4, n=8192, k=8192)[1].block_m == 128
