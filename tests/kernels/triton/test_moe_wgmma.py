@@ -172,9 +172,10 @@ def test_config_takes_the_dense_row_for_the_mean_rows_per_expert() -> None:
 
 
 def test_experts_never_take_a_dense_launchs_row() -> None:
-    """The table's overlapped-loop and banded rows (dense launches' parts: moe_wgmma refuses
-    them) serve dense layers only: at every M bucket, family and shape class, MoE gets a config
-    its launch takes, and the dense layer of that shape the row itself."""
+    """The table's overlapped-loop, banded and persistent rows (dense launches' parts:
+    moe_wgmma refuses them) serve dense layers only: at every M bucket, family and shape class,
+    MoE gets a config its launch takes, and the dense layer of that shape the row itself (a
+    grid row after a persistent one: while persistent is gated)."""
     dense_only = [r for r in linear_configs.TABLE
                   if getattr(r.config, "overlap", False) or getattr(r.config, "group_m", 1) != 1]
     assert {r.family for r in dense_only} >= {"fp4", "fp8"}  # the rows this test is about
@@ -182,10 +183,12 @@ def test_experts_never_take_a_dense_launchs_row() -> None:
         for rows in (1, 16, 32, 64, 128, 1024, 4096):
             for n, k in ((8192, 8192), (28672, 8192), (8192, 28672)):
                 cfg = moe_wgmma.config_for(rows, 1, fmt, n, k)
-                assert not cfg.overlap and cfg.group_m == 1, (fmt, rows, n, k, cfg)
+                assert not (cfg.overlap or cfg.persistent) and cfg.group_m == 1, \
+                    (fmt, rows, n, k, cfg)
     for row in dense_only:
         m, n, k = min(row.m_max, 4096), max(row.n_min, 8192), max(row.k_min, 8192)
-        assert linear_configs.choose(row.family, m, False, n=n, k=k) == row, row
+        gated = (lambda c: c.persistent) if not row.config.persistent else (lambda c: False)
+        assert linear_configs.choose(row.family, m, False, n=n, k=k, passed_over=gated) == row, row
 
 
 def test_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
