@@ -201,19 +201,8 @@ def _loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full
         for kk in range(k_lo, first):
             _tma_load(x_desc, [row0, kk * BLOCK_K], full.index(kk - k_lo),
                       x_smem.index(kk - k_lo))
-    _load_run(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full, empty, row0,
-              tile0, block_tiles, first, k_hi, first - k_lo, BLOCK_M, BLOCK_K, STAGES, FMT)
-
-
-@gluon.jit
-def _load_run(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full, empty, row0,
-              tile0, block_tiles, k_from, k_hi, i0, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
-              STAGES: gl.constexpr, FMT: gl.constexpr):
-    """The loader's steady state: K tiles k_from .. k_hi - 1 into ring positions i0, i0 + 1, ...,
-    each once its slot's consumers released it (a fresh "empty" barrier passes: parity 1)."""
-    XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
-    for kk in range(k_from, k_hi):
-        i = i0 + kk - k_from
+    for kk in range(first, k_hi):
+        i = kk - k_lo
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
         _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s, tile0,
@@ -332,18 +321,23 @@ def _persistent_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s
     """`_loader` over each of the program's output tiles in turn, ring position i running on
     across them, so the next tile's copies land while the consumers store this one's output.
     PDL: the wait for the activation QDQ before any copy."""
+    XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     block_tiles = layout_chunks(K) // (BLOCK_K // 128)
     grid_n, grid_m = _tile_grid(M, N, BLOCK_M)
     if PDL:
         grid_wait()
-    i0 = 0
+    i = 0
     for t in range(gl.program_id(0), grid_n * grid_m, gl.num_programs(0)):
         pid_n, pid_m = tile_at(t, grid_n, grid_m, GROUP_M)
-        _load_run(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full, empty,
-                  pid_m * BLOCK_M, pid_n * 2 * block_tiles, block_tiles, 0, ktiles, i0,
-                  BLOCK_M, BLOCK_K, STAGES, FMT)
-        i0 += ktiles
+        for kk in range(0, ktiles):
+            s = i % STAGES
+            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+            _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s,
+                          pid_n * 2 * block_tiles, block_tiles, kk, XB, BLOCK_M, BLOCK_K,
+                          STAGES, FMT)
+            _tma_load(x_desc, [pid_m * BLOCK_M, kk * BLOCK_K], full.index(s), x_smem.index(s))
+            i += 1
 
 
 @gluon.jit
