@@ -105,6 +105,17 @@ def _fill_defaults(kern, consts: dict) -> None:
             consts[name] = param.default
 
 
+def ws_consts(case: dict) -> dict:
+    """The ws kernel's constexprs for one of its compile cases (test_linear_wgmma_ws): 4 warps,
+    x by TMA, weight-only, no K tail, rep 1; bias, split, tile, stages and format the case's;
+    not grouped, no PDL, no bands, not persistent unless the case says."""
+    return dict(HAS_BIAS=case["HAS_BIAS"], SPLIT=case["SPLIT"], BLOCK_M=case["BLOCK_M"],
+                BLOCK_K=case["BLOCK_K"], STAGES=case["STAGES"], WARPS=4, K_TAIL=False,
+                GROUPED=case.get("GROUPED", False), FMT=case["FMT"], ACT=(), SUB_K=1, REP=1,
+                X_TMA=True, PDL=case.get("PDL", False), GROUP_M=case.get("GROUP_M", 1),
+                PERSIST=case.get("PERSIST", False))
+
+
 def wgmma_consts(case: dict) -> dict:
     """The wgmma kernels' constexprs for a compile case: the defaults (bias, 4 warps, no K
     tail, not grouped, mxfp4, one K part, rep 1, x by cp.async, no PDL; the kernel's own

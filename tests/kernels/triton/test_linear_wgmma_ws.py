@@ -292,14 +292,10 @@ def test_the_wide_tiles_split_k_counts_a_lock_a_consumer(monkeypatch) -> None:
 
 _COMPILE = """
 import json, sys
-from support.sm90_compile import ptx_facts, wgmma_signature
+from support.sm90_compile import ptx_facts, wgmma_signature, ws_consts
 found = []
 for c in json.loads(sys.stdin.read()):
-    consts = dict(HAS_BIAS=c["HAS_BIAS"], SPLIT=c["SPLIT"], BLOCK_M=c["BLOCK_M"],
-                  BLOCK_K=c["BLOCK_K"], STAGES=c["STAGES"], WARPS=4, K_TAIL=False,
-                  GROUPED=c.get("GROUPED", False), FMT=c["FMT"], ACT=(), SUB_K=1, REP=1,
-                  X_TMA=True, PDL=False, GROUP_M=c.get("GROUP_M", 1),
-                  PERSIST=c.get("PERSIST", False))
+    consts = ws_consts(c)
     kern, sig, attrs = wgmma_signature(consts, ws=True)
     found.append(ptx_facts(kern, sig, consts, attrs, (
         r"wgmma\\.mma_async", r"m64n256k16", r"st\\.shared", r"cp\\.async\\.bulk\\.tensor",
