@@ -236,9 +236,9 @@ def test_strategy_choice_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     # ... and past M = 128 the wide ws tile (256 rows a program; dequant-gemm while it is gated)
     monkeypatch.setattr(wgmma_gates, "WIDE_M_VERIFIED", True)
     for family, stages in ((fp4, 3), (fp8, 2), (int8, 2), (fp6, 2)):
-        # 2 stages: persistent in bands of 4 M tiles on every N (benchmarks part 41); 3 stages
-        # (mxfp4): the grid kernel, in bands on wide layers only (N >= 16384; parts 37 / 38)
-        # past M = 512 (M <= 256: the grid kernel's rows, below)
+        # past M = 512, 2 stages: persistent in bands of 4 M tiles on every N (benchmarks part
+        # 41); 3 stages (mxfp4): the grid kernel, in bands on wide layers only (N >= 16384;
+        # parts 37 / 38). M = 129: the M <= 256 rows (the grid kernel; split-K 2, below)
         pst = stages == 2
         for m, large in ((129, False), (4096, True)):
             strategy, cfg = le.strategy_for(m, bf, bf, None, True, family, n=8192, k=8192)
