@@ -120,29 +120,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="the cases whose name holds this text")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        other = Path(args.other)
+        other, worktree = Path(args.other), None
         if not other.is_dir():
-            tree = Path(tmp) / "tree"
+            other = worktree = Path(tmp) / "tree"
             got = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
-                                  str(tree), args.other], capture_output=True, text=True)
+                                  str(worktree), args.other], capture_output=True, text=True)
             if got.returncode != 0:
                 raise SystemExit(f"ptx_same: {args.other!r} is neither a directory nor a git "
                                  f"revision here: {got.stderr.strip()}")
-            other = tree
         try:
             rows = compare(other, args.only)
         finally:
-            if other != Path(args.other):
+            if worktree is not None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                str(other)], capture_output=True)
-    differ = [r for r in rows if r[1] != r[2] or r[1][0].startswith("error")]
+                                str(worktree)], capture_output=True)
+    identical = 0
     for name, a, b in rows:
-        print(f"{'same' if (name, a, b) not in differ else 'DIFFERS':8s} {name}  "
-              f"({a[1]} / {b[1]} lines{'; ' + a[0] if a[0].startswith('error') else ''}"
-              f"{'; ' + b[0] if b[0].startswith('error') else ''})")
-    print(f"{len(rows) - len(differ)} of {len(rows)} cases identical to {args.other}")
-    return 1 if differ else 0
-
+        same = a == b and not a[0].startswith("error")  # (a case neither tree compiles: not same)
+        identical += same
+        errors = "".join(f"; {h}" for h, _ in (a, b) if h.startswith("error"))
+        print(f"{'same' if same else 'DIFFERS':8s} {name}  ({a[1]} / {b[1]} lines{errors})")
+    print(f"{identical} of {len(rows)} cases identical to {args.other}")
+    return 0 if identical == len(rows) else 1
 
 if __name__ == "__main__":
     sys.exit(main())
