@@ -50,7 +50,8 @@ WIDE_SPLIT_VERIFIED = True
 # The wide tile persistent (WgmmaConfig.persistent: a program an SM walks output tiles, its ring
 # running on so the next tile's copies land under this tile's output) (H100, 83640d9,
 # 2026-12-07: test_persistent_programs_give_the_grid_orders_bits, every format, in the whole
-# suite). No table row takes it yet: measured in docs/benchmarks.md part 41.
+# suite). The 2-stage families' rows past M = 512 take it since 57a22c8 (docs/benchmarks.md
+# part 41).
 PERSISTENT_VERIFIED = True
 
 
