@@ -13,7 +13,7 @@
 # file into the tree and, on the still-warm machine (the device tool releases one idle for
 # 30 s), `TESTS_FROM=unfinished.txt OUT=... bash tools/gpu_check.sh` runs just those.
 # Where pydantic / jsonschema are missing (the lent H200 image), wheels in .whl/ are installed
-# first (the device tool's README says how to download them). COMMIT names the commit checked
+# first (`bash tools/fetch_device_wheels.sh` downloads them here). COMMIT names the commit checked
 # where the tree has no usable .git (a copied working tree).
 set -uo pipefail
 cd "$(dirname "$0")/.."
