@@ -24,10 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # helpers are this tree's tests/support: each case's normalized PTX, as (sha1, lines).
 _SCRIPT = """
 import hashlib, json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from support.sm90_compile import wgmma_signature
+from support.sm90_compile import gluon_sm90, wgmma_signature
 sys.path.insert(0, sys.argv[1])
 from ptx_same import normalized
 found = []
@@ -35,9 +32,7 @@ for ws, consts in json.loads(sys.stdin.read()):
     consts["ACT"] = tuple(consts.get("ACT", ()))
     kern, sig, attrs = wgmma_signature(consts, ws=ws)
     try:
-        ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs),
-                             target=GPUTarget("cuda", 90, 32),
-                             options=dict(num_warps=consts["WARPS"])).asm["ptx"]
+        ptx = gluon_sm90(kern, sig, consts, attrs, consts["WARPS"]).asm["ptx"]
     except Exception as e:
         found.append(["error: " + f"{type(e).__name__}: {e}"[-300:], 0])
         continue

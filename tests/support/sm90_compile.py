@@ -30,6 +30,17 @@ def case_ids(cases: list) -> list:
     return ["-".join(f"{k}{v}" for k, v in c.items()) for c in cases]
 
 
+def gluon_sm90(kern, sig: dict, consts: dict, attrs: dict, warps: int = 4):
+    """(In the script's process) `kern` compiled for sm_90a (Triton's compiled kernel: .asm,
+    .metadata); raises where it does not compile."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    return triton.compile(GluonASTSource(kern, sig, consts, attrs),
+                          target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+
+
 def ptx_facts(kern, sig: dict, consts: dict, attrs: dict, patterns: tuple) -> dict:
     """(In the script's process) `kern` compiled for sm_90a with 4 warps: how often each regex
     of `patterns` occurs in its PTX, the byte counts its mbarriers expect ("expect") and its
@@ -37,13 +48,8 @@ def ptx_facts(kern, sig: dict, consts: dict, attrs: dict, patterns: tuple) -> di
     {"error": ...} where it does not compile."""
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     try:
-        compiled = triton.compile(GluonASTSource(kern, sig, consts, attrs),
-                                  target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+        compiled = gluon_sm90(kern, sig, consts, attrs)
     except Exception as e:  # reported by the case's own test
         return {"error": f"{type(e).__name__}: {e}"[-3000:]}
     ptx = compiled.asm["ptx"]

@@ -75,18 +75,13 @@ COMPILE_CASES = [  # every format, grouped (MoE), K tails, block_m 8..128, split
 
 _COMPILE = """
 import json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from support.sm90_compile import wgmma_signature
+from support.sm90_compile import gluon_sm90, wgmma_signature
 found = []
 for consts in json.loads(sys.stdin.read()):
     consts["ACT"] = tuple(consts["ACT"])
     kern, sig, attrs = wgmma_signature(consts)
     try:
-        ptx = triton.compile(GluonASTSource(kern, sig, consts, attrs),
-                             target=GPUTarget("cuda", 90, 32),
-                             options=dict(num_warps=consts["WARPS"])).asm["ptx"]
+        ptx = gluon_sm90(kern, sig, consts, attrs, consts["WARPS"]).asm["ptx"]
     except Exception as e:  # reported by the case's own test
         found.append({"error": f"{type(e).__name__}: {e}"[-3000:]})
         continue
@@ -172,21 +167,16 @@ def test_row_0_of_the_x_tile_is_unswizzled() -> None:
 
 _HAZARDS = """
 import json, os, subprocess, sys, tempfile
-import triton
 from triton import knobs
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
 import support
-from support.sm90_compile import wgmma_signature
+from support.sm90_compile import gluon_sm90, wgmma_signature
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(support.__file__)), "..", "tools"))
 from sass_loops import wgmma_a_hazards
 found = []
 for consts in json.loads(sys.stdin.read()):
     consts["ACT"] = tuple(consts["ACT"])
     kern, sig, attrs = wgmma_signature(consts)
-    cubin = triton.compile(GluonASTSource(kern, sig, consts, attrs),
-                           target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=consts["WARPS"])).asm["cubin"]
+    cubin = gluon_sm90(kern, sig, consts, attrs, consts["WARPS"]).asm["cubin"]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         open(path, "wb").write(cubin)
