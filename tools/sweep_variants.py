@@ -16,22 +16,22 @@ from kernels.triton.wgmma_config import WgmmaConfig  # noqa: E402
 
 def forced_spec(spec: str) -> WgmmaConfig:
     """block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap[:group_m
-    [:persistent]]]]]]]] -> its WgmmaConfig."""
+    [:persistent[:x_stages]]]]]]]]] -> its WgmmaConfig."""
     try:
         v = [int(t) for t in spec.split(":")]
     except ValueError:
         v = []
-    if not 5 <= len(v) <= 13:
-        raise ValueError(f"wgmma spec {spec!r}: want 5 to 13 integers, "
+    if not 5 <= len(v) <= 14:
+        raise ValueError(f"wgmma spec {spec!r}: want 5 to 14 integers, "
                          f"{SPEC_FIELDS}")
-    v += [0, 1, 1, 0, 0, 0, 1, 0][len(v) - 5:]  # the optional fields' defaults
+    v += [0, 1, 1, 0, 0, 0, 1, 0, 0][len(v) - 5:]  # the optional fields' defaults
     return WgmmaConfig(*v[:4], warps=v[4], maxnreg=v[5], sub_k=v[6], rep=v[7],
                        tma_x=bool(v[8]), ws=bool(v[9]), overlap=bool(v[10]), group_m=v[11],
-                       persistent=bool(v[12]))
+                       persistent=bool(v[12]), x_stages=v[13])
 
 
 SPEC_FIELDS = ("block_m:block_k:split:stages:warps"
-               "[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap[:group_m[:persistent]]]]]]]]")
+               "[:maxnreg[:sub_k[:rep[:tma_x[:ws[:overlap[:group_m[:persistent[:x_stages]]]]]]]]]")
 
 
 def wgmma_name(c: WgmmaConfig) -> str:

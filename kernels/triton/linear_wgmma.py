@@ -71,7 +71,8 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
                          ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
                          X_TMA: gl.constexpr = False, PDL: gl.constexpr = False,
                          ACT_ROWS: gl.constexpr = 0, OVERLAP: gl.constexpr = False,
-                         GROUP_M: gl.constexpr = 1, PERSIST: gl.constexpr = False):
+                         GROUP_M: gl.constexpr = 1, PERSIST: gl.constexpr = False,
+                         X_STAGES: gl.constexpr = 0):
     """GROUPED (MoE experts, kernels/triton/moe_wgmma.py): program axis 1 is a slot of the
     tile table grp = [expert of slot | M tile of slot | first row of expert | rows of expert]
     (int32; a slot past the last tile holds expert E and returns at once); x holds the rows in
@@ -98,9 +99,10 @@ def _wgmma_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr
     its wgmma (`_keep`): ptxas does not track an in-flight wgmma's A registers across the back
     edge, and a wait's `deps` does not hold them (benchmarks part 32). The ring refills the slot
     two tiles back, not the one in flight (D = STAGES - 2).
-    GROUP_M, PERSIST: run_wgmma's arguments of the ws kernel (its programs' order, persistent
-    programs); 1 / False here: a call is one M tile (WgmmaConfig.group_m / persistent)."""
-    gl.static_assert(GROUP_M == 1 and not PERSIST)
+    GROUP_M, PERSIST, X_STAGES: run_wgmma's arguments of the ws kernel (its programs' order,
+    persistent programs, x's own ring); 1 / False / 0 here: a call is one M tile
+    (WgmmaConfig.group_m / persistent / x_stages)."""
+    gl.static_assert(GROUP_M == 1 and not PERSIST and X_STAGES == 0)
     G: gl.constexpr = WARPS * REP  # 16-row groups a tile (the layout's `warps`)
     BLOCK_N: gl.constexpr = 16 * G
     NBH: gl.constexpr = BLOCK_K // 128  # groups of 4 scale blocks
@@ -353,7 +355,7 @@ def run_wgmma(plan: WgmmaPlan, x2d: Tensor, out: Tensor, bias: Tensor | None,
             x2d.stride(0), out.stride(0), 0, 0, bias is not None, plan.split, cfg.block_m,
             cfg.block_k, cfg.stages, cfg.warps, plan.k % cfg.block_k != 0, False, plan.fmt,
             plan.act, cfg.sub_k, cfg.rep, cfg.tma_x, plan.pdl, plan.act_rows, plan.overlap,
-            cfg.group_m, cfg.persistent)
+            cfg.group_m, cfg.persistent, cfg.x_stages)
     kernel = _ws_linear_kernel if cfg.ws else _wgmma_linear_kernel
     compiled = launcher.launch(kernel, key, grid, args, num_warps=cfg.warps, num_stages=1,
                                maxnreg=cfg.maxnreg, pdl=plan.pdl)

@@ -102,7 +102,8 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
                       ACT: gl.constexpr, SUB_K: gl.constexpr = 1, REP: gl.constexpr = 1,
                       X_TMA: gl.constexpr = True, PDL: gl.constexpr = False,
                       ACT_ROWS: gl.constexpr = 0, OVERLAP: gl.constexpr = False,
-                      GROUP_M: gl.constexpr = 1, PERSIST: gl.constexpr = False):
+                      GROUP_M: gl.constexpr = 1, PERSIST: gl.constexpr = False,
+                      X_STAGES: gl.constexpr = 0):
     """x_ptr: TMA descriptor of x [M, K] ([BLOCK_M, BLOCK_K] boxes); w_ptr / b_ptr / s_ptr:
     `ws_descriptors`. Grid (N / 64, M tiles, K slices); launched with 4 warps (the first
     consumer; the second and the loader are warp_specialize's workers). GROUPED (MoE experts,
@@ -113,10 +114,15 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
     the output tiles (wgmma_tiles.tile_ids: bands of M tiles sharing each weight tile in L2).
     PERSIST (the wide tile, dense, no split; `WgmmaConfig.persistent`): a grid of at most one
     program an SM, each walking the output tiles t = program, program + programs, ... in
-    tile_at's order, the ring running on from tile to tile (`_persistent_loader`)."""
+    tile_at's order, the ring running on from tile to tile (`_persistent_loader`).
+    X_STAGES (PERSIST only; 0: STAGES): x tiles in a ring of their own, X_STAGES > STAGES
+    deep, each copied X_STAGES - STAGES K tiles ahead of its weights (`_split_loader`): a
+    third 64 KB x slot fits beside two slots of 8-bit or mxfp6 weights (WgmmaConfig.x_stages
+    says why)."""
     gl.static_assert(not (PDL and GROUPED))
     gl.static_assert(not PERSIST or (BLOCK_M == _WIDE_M and SPLIT == 1 and not GROUPED))
     gl.static_assert(GROUP_M == 1 or not GROUPED)
+    gl.static_assert(X_STAGES == 0 or (PERSIST and X_STAGES > STAGES))
     gl.static_assert(WARPS == 4 and REP == 1 and SUB_K == 1 and X_TMA)
     # BLOCK_M 256 (large M): 128 weight rows, consumer C the layout's block 2 * pid + C in its
     # own ring, both on every K tile and all 256 rows (the module docstring)
@@ -143,7 +149,8 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
         tile0 += e * (stride_we // (8 * BLOCK_K))  # an expert's words: whole 64-row tiles
     # a 64-row block's slots (WIDE: the second consumer's block in slots STAGES ..)
     w_smem, b_smem, s_smem = weight_ring(STAGES * (2 if WIDE else 1), 4, BLOCK_K // 128, FMT)
-    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], X_SMEM)
+    XS: gl.constexpr = X_STAGES if X_STAGES else STAGES
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [XS, BLOCK_M, BLOCK_K], X_SMEM)
     red_smem = gl.allocate_shared_memory(gl.float32, [64, 16 if WIDE else BLOCK_M],
                                          gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -153,18 +160,27 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
         mbarrier.init(full.index(s), count=1)
         mbarrier.init(empty.index(s), count=2 if WIDE else 1)  # (WIDE: both read a slot)
     mbarrier.init(red_bar, count=1)
+    if X_STAGES:  # the x ring's own barriers (both consumers read each x slot)
+        xfull = gl.allocate_shared_memory(gl.int64, [X_STAGES, 1], mbarrier.MBarrierLayout())
+        xempty = gl.allocate_shared_memory(gl.int64, [X_STAGES, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(X_STAGES):
+            mbarrier.init(xfull.index(s), count=1)
+            mbarrier.init(xempty.index(s), count=2)
+    else:  # one ring: x completes on its weights' barriers
+        xfull = full
+        xempty = empty
     fence_async_shared()  # the inits before any TMA copy completes on them
     if PERSIST:
         gl.warp_specialize([
-            (_persistent_consumer, (0, x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr,
-                                    out_ptr, M, N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K,
-                                    STAGES, FMT, GROUP_M)),
-            (_persistent_consumer, (1, x_smem, w_smem, b_smem, s_smem, full, empty, bias_ptr,
-                                    out_ptr, M, N, K, stride_o, HAS_BIAS, BLOCK_M, BLOCK_K,
-                                    STAGES, FMT, GROUP_M)),
+            (_persistent_consumer, (0, x_smem, w_smem, b_smem, s_smem, full, empty, xfull,
+                                    xempty, bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS,
+                                    BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M, X_STAGES)),
+            (_persistent_consumer, (1, x_smem, w_smem, b_smem, s_smem, full, empty, xfull,
+                                    xempty, bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS,
+                                    BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M, X_STAGES)),
             (_persistent_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem,
-                                  full, empty, M, N, K, BLOCK_M, BLOCK_K, STAGES, FMT, PDL,
-                                  GROUP_M)),
+                                  full, empty, xfull, xempty, M, N, K, BLOCK_M, BLOCK_K, STAGES,
+                                  FMT, PDL, GROUP_M, X_STAGES)),
         ], [4, 1], [WREGS, LOADER_REGS])
     else:
         gl.warp_specialize([
@@ -237,11 +253,12 @@ def _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s, tile0
 @gluon.jit
 def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi,
              BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-             FMT: gl.constexpr, i0=0):
+             FMT: gl.constexpr, i0=0, xfull=None, xempty=None, X_STAGES: gl.constexpr = 0):
     """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows and the
     program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its own 64 rows. i0:
     the ring position of tile k_lo (the persistent kernel's: the K tiles of its earlier
-    output tiles)."""
+    output tiles). X_STAGES: x from a ring of its own (xfull / xempty), waited for after the
+    decode, which needs only the weights."""
     WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     NBH: gl.constexpr = BLOCK_K // 128
     WL: gl.constexpr = words_layout(4, NBH)
@@ -257,9 +274,16 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
         words, bw, base, sword = slot_operands(w_smem.index(ws), b_smem.index(ws),
                                                s_smem.index(ws), WL, SL, 4, NBH, FMT)
         a = decode(words, bw, base, sword, 64, BLOCK_K, A, FMT)
-        acc = warpgroup_mma(a, x_smem.index(s).permute((1, 0)), acc, is_async=True)
+        if X_STAGES:
+            xs = i % X_STAGES
+            mbarrier.wait(xfull.index(xs), (i // X_STAGES) & 1)
+        else:
+            xs = s
+        acc = warpgroup_mma(a, x_smem.index(xs).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])  # (A registers: see the module)
         mbarrier.arrive(empty.index(s))  # every thread's reads of the slot are done
+        if X_STAGES:
+            mbarrier.arrive(xempty.index(xs))
     return acc
 
 
@@ -315,36 +339,42 @@ def _tile_grid(M, N, BLOCK_M: gl.constexpr):
 
 @gluon.jit
 def _persistent_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full,
-                       empty, M, N, K, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
-                       STAGES: gl.constexpr, FMT: gl.constexpr, PDL: gl.constexpr,
-                       GROUP_M: gl.constexpr):
+                       empty, xfull, xempty, M, N, K, BLOCK_M: gl.constexpr,
+                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr,
+                       PDL: gl.constexpr, GROUP_M: gl.constexpr, X_STAGES: gl.constexpr = 0):
     """`_loader` over each of the program's output tiles in turn, ring position i running on
     across them, so the next tile's copies land while the consumers store this one's output.
-    PDL: the wait for the activation QDQ before any copy."""
+    PDL: the wait for the activation QDQ before any copy. X_STAGES: `_split_loader`."""
     XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
     ktiles = (K + BLOCK_K - 1) // BLOCK_K
     block_tiles = layout_chunks(K) // (BLOCK_K // 128)
     grid_n, grid_m = _tile_grid(M, N, BLOCK_M)
     if PDL:
         grid_wait()
-    i = 0
-    for t in range(gl.program_id(0), grid_n * grid_m, gl.num_programs(0)):
-        pid_n, pid_m = tile_at(t, grid_n, grid_m, GROUP_M)
-        for kk in range(0, ktiles):
-            s = i % STAGES
-            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-            _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s,
-                          pid_n * 2 * block_tiles, block_tiles, kk, XB, BLOCK_M, BLOCK_K,
-                          STAGES, FMT)
-            _tma_load(x_desc, [pid_m * BLOCK_M, kk * BLOCK_K], full.index(s), x_smem.index(s))
-            i += 1
+    if X_STAGES:
+        _split_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full,
+                      empty, xfull, xempty, ktiles, block_tiles, grid_n, grid_m, BLOCK_M,
+                      BLOCK_K, STAGES, FMT, GROUP_M, X_STAGES)
+    else:
+        i = 0
+        for t in range(gl.program_id(0), grid_n * grid_m, gl.num_programs(0)):
+            pid_n, pid_m = tile_at(t, grid_n, grid_m, GROUP_M)
+            for kk in range(0, ktiles):
+                s = i % STAGES
+                mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+                _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s,
+                              pid_n * 2 * block_tiles, block_tiles, kk, XB, BLOCK_M, BLOCK_K,
+                              STAGES, FMT)
+                _tma_load(x_desc, [pid_m * BLOCK_M, kk * BLOCK_K], full.index(s),
+                          x_smem.index(s))
+                i += 1
 
 
 @gluon.jit
-def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty,
-                         bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS: gl.constexpr,
+def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, xfull,
+                         xempty, bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS: gl.constexpr,
                          BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-                         FMT: gl.constexpr, GROUP_M: gl.constexpr):
+                         FMT: gl.constexpr, GROUP_M: gl.constexpr, X_STAGES: gl.constexpr = 0):
     """Consumer C of the wide tile over each of the program's output tiles: its 64 weight rows'
     sum over every K tile (`_consume`, the same order as the grid kernel's: the same bits),
     then their output (PART C of 2). C 0 is the default partition (the launched 4 warps)."""
@@ -354,12 +384,54 @@ def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, 
     for t in range(gl.program_id(0), grid_n * grid_m, gl.num_programs(0)):
         pid_n, pid_m = tile_at(t, grid_n, grid_m, GROUP_M)
         acc = _consume(C, x_smem, w_smem, b_smem, s_smem, full, empty, 0, ktiles, BLOCK_M,
-                       BLOCK_K, STAGES, FMT, i0)
+                       BLOCK_K, STAGES, FMT, i0, xfull, xempty, X_STAGES)
         row0 = pid_m * BLOCK_M
         finish_tile_at(pid_n, acc, out_ptr, out_ptr, out_ptr, row0, M - row0, N, stride_o,
                        bias_ptr, out_ptr, out_ptr, HAS_BIAS, False, 1, 64, BLOCK_M,
                        acc_layout(4, BLOCK_M), 2, C)
         i0 += ktiles
+
+
+
+@gluon.jit
+def _position(p, ktiles, grid_n, grid_m, GROUP_M: gl.constexpr):
+    """Ring position p of a persistent program: (pid_n, pid_m, kk) of the output tile it is
+    in (its p // ktiles-th, t = program + that * programs) and its K tile."""
+    j = p // ktiles
+    pid_n, pid_m = tile_at(gl.program_id(0) + j * gl.num_programs(0), grid_n, grid_m, GROUP_M)
+    return pid_n, pid_m, p - j * ktiles
+
+
+@gluon.jit
+def _split_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full, empty,
+                  xfull, xempty, ktiles, block_tiles, grid_n, grid_m, BLOCK_M: gl.constexpr,
+                  BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr,
+                  GROUP_M: gl.constexpr, X_STAGES: gl.constexpr):
+    """The persistent loader with x in a ring of its own, X_STAGES deep: step p copies ring
+    position p's x tile and position p - D's weights (D = X_STAGES - STAGES), both into slots
+    the consumers released at position p - X_STAGES, so an x tile is in flight D positions
+    longer than its weights (the 64 KB x tile is most of a position's bytes)."""
+    D: gl.constexpr = X_STAGES - STAGES
+    XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
+    tiles = grid_n * grid_m
+    programs = gl.num_programs(0)
+    n_pos = (tiles - gl.program_id(0) + programs - 1) // programs * ktiles
+    for p in range(0, n_pos + D):
+        if p < n_pos:
+            pid_n, pid_m, kk = _position(p, ktiles, grid_n, grid_m, GROUP_M)
+            xs = p % X_STAGES
+            mbarrier.wait(xempty.index(xs), ((p // X_STAGES) & 1) ^ 1)
+            mbarrier.expect(xfull.index(xs), XB)
+            _tma_load(x_desc, [pid_m * BLOCK_M, kk * BLOCK_K], xfull.index(xs),
+                      x_smem.index(xs))
+        if p >= D:
+            q = p - D
+            pid_n, pid_m, kk = _position(q, ktiles, grid_n, grid_m, GROUP_M)
+            s = q % STAGES
+            mbarrier.wait(empty.index(s), ((q // STAGES) & 1) ^ 1)
+            _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s,
+                          pid_n * 2 * block_tiles, block_tiles, kk, 0, BLOCK_M, BLOCK_K, STAGES,
+                          FMT)
 
 
 __all__ = ["ROW", "ws_descriptors"]

@@ -15,13 +15,14 @@ _SHORT = (("s", "split"), ("st", "stages"), ("w", "warps"))
 
 
 def wgmma_words(c: WgmmaConfig) -> str:
-    """'64x128 s2 st3 w8 sub2 r128 rep2 tma ws ovl g4 pst': tile, split-K, stages, warps, then only
+    """'64x128 s2 st3 w8 sub2 r128 rep2 tma ws ovl g4 pst x3': tile, split-K, stages, warps, then only
     the parts a config turns on."""
     return (f"{c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
             f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
             f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}"
             f"{' tma' if c.tma_x else ''}{' ws' if c.ws else ''}{' ovl' if c.overlap else ''}"
-            f"{f' g{c.group_m}' if c.group_m != 1 else ''}{' pst' if c.persistent else ''}")
+            f"{f' g{c.group_m}' if c.group_m != 1 else ''}{' pst' if c.persistent else ''}"
+            f"{f' x{c.x_stages}' if c.x_stages else ''}")
 
 
 def config_words(config: object) -> str:

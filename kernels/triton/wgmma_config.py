@@ -49,6 +49,10 @@ class WgmmaConfig:
     overlap: bool = False  # K tiles in pairs, each wgmma in flight under the next tile's decode
     group_m: int = 1  # M tiles a band of programs walks N with (wgmma_tiles.tile_ids; 1: N first)
     persistent: bool = False  # wide tile, no split: a program an SM walks output tiles in turn
+    # persistent only: x tiles in a ring of their own this deep (> stages; 0: the weights' ring).
+    # Why: the wide tile's 64 KB x slot is most of a stage, so 8-bit / mxfp6 weights fit 2 stages
+    # (161 / 153 KiB) and 3 x slots beside 2 weight slots do (225 / 217 KiB of sm_90's 227)
+    x_stages: int = 0
 
     @property
     def groups(self) -> int:
@@ -86,6 +90,10 @@ class WgmmaConfig:
             raise ValueError(f"WgmmaConfig: persistent=True needs block_m={BLOCK_M_WIDE} and "
                              f"split=1 (got block_m={self.block_m}, split={self.split}): its "
                              "programs walk the wide tile's output tiles, each whole")
+        if self.x_stages and (not self.persistent or self.x_stages <= self.stages):
+            raise ValueError(f"WgmmaConfig: x_stages={self.x_stages} (x tiles in a ring of their "
+                             f"own) needs persistent=True and more slots than stages="
+                             f"{self.stages} (got persistent={self.persistent}); 0: one ring")
         if self.warps not in (4, 8):
             raise ValueError(f"WgmmaConfig: warps={self.warps} is not 4 or 8 (one or two "
                              "warpgroups)")

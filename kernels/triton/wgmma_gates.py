@@ -53,6 +53,9 @@ WIDE_SPLIT_VERIFIED = True
 # suite). The 2-stage families' rows past M = 512 take it since 57a22c8 (docs/benchmarks.md
 # part 41).
 PERSISTENT_VERIFIED = True
+# x in a ring of its own, deeper than the weights' (WgmmaConfig.x_stages: the persistent wide
+# tile's 3 x slots beside 2 weight slots; written 2026-12-08 without a GPU).
+X_RING_VERIFIED = False
 
 
 def table_config(cfg: object) -> object:
@@ -98,6 +101,9 @@ def gated(cfg: WgmmaConfig) -> Optional[str]:
     if cfg.persistent and not PERSISTENT_VERIFIED:
         return "persistent (a program an SM walking the wide tile's output tiles): written, " \
             "not yet verified on a GPU"
+    if cfg.x_stages and not X_RING_VERIFIED:
+        return f"x_stages={cfg.x_stages} (x in a ring of its own): written, not yet verified " \
+            "on a GPU"
     if cfg.block_m == BLOCK_M_WIDE and cfg.split > 1 and not WIDE_SPLIT_VERIFIED:
         return f"block_m={BLOCK_M_WIDE} with split-K (split={cfg.split}): written, not yet " \
             "verified on a GPU"
@@ -117,4 +123,4 @@ TILES_BOUND_VERIFIED = True
 __all__ = ["FP6_VERIFIED", "FP8_VERIFIED", "INT8_VERIFIED", "K_TAIL_VERIFIED", "OVERLAP_VERIFIED",
            "PERSISTENT_VERIFIED", "REP_VERIFIED", "SUB_K_VERIFIED", "TILES_BOUND_VERIFIED",
            "TMA_X_VERIFIED", "WARPS_VERIFIED", "WIDE_M_VERIFIED", "WIDE_SPLIT_VERIFIED",
-           "WS_VERIFIED", "gated", "passed_over", "table_config"]
+           "WS_VERIFIED", "X_RING_VERIFIED", "gated", "passed_over", "table_config"]

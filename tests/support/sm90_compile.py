@@ -114,12 +114,15 @@ def _fill_defaults(kern, consts: dict) -> None:
 def ws_consts(case: dict) -> dict:
     """The ws kernel's constexprs for one of its compile cases (test_linear_wgmma_ws): 4 warps,
     x by TMA, weight-only, no K tail, rep 1; bias, split, tile, stages and format the case's;
-    not grouped, no PDL, no bands, not persistent unless the case says."""
+    not grouped, no PDL, no bands, not persistent unless the case says; X_STAGES only where
+    the case has it (the kernel's default otherwise: an older tree's kernel, for
+    tools/ptx_same, has no such parameter)."""
     return dict(HAS_BIAS=case["HAS_BIAS"], SPLIT=case["SPLIT"], BLOCK_M=case["BLOCK_M"],
                 BLOCK_K=case["BLOCK_K"], STAGES=case["STAGES"], WARPS=4, K_TAIL=False,
                 GROUPED=case.get("GROUPED", False), FMT=case["FMT"], ACT=(), SUB_K=1, REP=1,
                 X_TMA=True, PDL=case.get("PDL", False), GROUP_M=case.get("GROUP_M", 1),
-                PERSIST=case.get("PERSIST", False))
+                PERSIST=case.get("PERSIST", False),
+                **({"X_STAGES": case["X_STAGES"]} if "X_STAGES" in case else {}))
 
 
 def wgmma_consts(case: dict) -> dict:

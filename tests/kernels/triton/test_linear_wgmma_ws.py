@@ -7,6 +7,8 @@ On an sm_90 GPU, the kernel's bits: test_linear_wgmma_ws_gpu.py.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -133,6 +135,36 @@ def test_persistent_programs_are_the_wide_tiles_dense_and_gated(monkeypatch) -> 
         assert fn is ws._ws_linear_kernel and grid == (programs, 1, 1), (m, grid)
         assert args["PERSIST"] is True and args["SPLIT"] == 1 and args["M"] == m
 
+
+
+def test_xs_own_ring_is_persistent_deeper_and_gated(monkeypatch) -> None:
+    """x_stages (x in a ring of its own): persistent only and deeper than the weights' ring,
+    refused in one line otherwise; gated (passed over, its reason); the launch passes
+    X_STAGES, and a config without it passes 0 (one ring: the kernel as before)."""
+    pst = ws_config(block_m=256, stages=2, persistent=True)
+    for bad in (dict(persistent=False, x_stages=3), dict(persistent=True, x_stages=2)):
+        with pytest.raises(ValueError, match=r"x_stages=\d \(x tiles in a ring of their own\) "
+                                             r"needs persistent=True and more slots than "
+                                             r"stages=2 \(got persistent=(True|False)\)"):
+            ws_config(block_m=256, stages=2, **bad)
+    x3 = dataclasses.replace(pst, x_stages=3)
+    for gate in ("WIDE_M_VERIFIED", "PERSISTENT_VERIFIED"):
+        monkeypatch.setattr(wgmma_gates, gate, True)
+    monkeypatch.setattr(wgmma_gates, "X_RING_VERIFIED", False)
+    assert wgmma_gates.gated(x3) == ("x_stages=3 (x in a ring of its own): written, not yet "
+                                     "verified on a GPU")
+    assert wgmma_gates.passed_over(x3) and not wgmma_gates.passed_over(pst)
+    monkeypatch.setattr(wgmma_gates, "X_RING_VERIFIED", True)
+    general, _ = record_launches(monkeypatch, x3)
+    monkeypatch.setattr(lw, "sm_count", lambda device: 7)
+    gen = torch.Generator().manual_seed(10)
+    prepared = KERNEL.prepare(fp4_weight(600, 512, gen), SchemeContract(weight=key("mxfp4"),
+                                                                        activation=None))
+    for cfg, want in ((x3, 3), (pst, 0)):
+        fused_linear(torch.randn(300, 512).to(torch.bfloat16), prepared, None,
+                     strategy="wgmma", config=cfg)
+        fn, warps, grid, args = general.pop()
+        assert fn is ws._ws_linear_kernel and args["X_STAGES"] == want and args["PERSIST"]
 
 def small_moe_call(cfg, monkeypatch) -> None:
     """Four tokens through two small mxfp4 experts with `cfg` (the launch's refusals)."""
@@ -328,7 +360,14 @@ COMPILE_CASES = [
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=3, FMT=0, SPLIT=1, HAS_BIAS=True, PERSIST=True),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=False, PERSIST=True,
          GROUP_M=4),
-    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False, PERSIST=True)]
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False, PERSIST=True),
+    # ... with x in a ring of its own (3 x slots beside 2 of the weights: 225 KiB for 8-bit)
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=3, SPLIT=1, HAS_BIAS=False, PERSIST=True,
+         GROUP_M=4, X_STAGES=3),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=True, PERSIST=True,
+         X_STAGES=3),
+    dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=4, SPLIT=1, HAS_BIAS=False, PERSIST=True,
+         GROUP_M=4, X_STAGES=3, PDL=True)]
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +393,10 @@ def test_the_ws_kernel_compiles_for_sm90(index: int, compiled_cases: list) -> No
     tw = 8 * c["BLOCK_K"]
     tb = {0: 0, 1: tw // 2, 2: tw // 2, 3: tw, 4: tw}[c["FMT"]]
     weight_bytes = (4 * (tw + tb) + 2 * c["BLOCK_K"]) * (2 if wide else 1)
-    assert found["expect"] == [c["BLOCK_M"] * c["BLOCK_K"] * 2 + weight_bytes]
+    x_bytes = c["BLOCK_M"] * c["BLOCK_K"] * 2
+    # x in a ring of its own: x and the weights each complete on their own barriers
+    assert found["expect"] == (sorted([weight_bytes, x_bytes]) if c.get("X_STAGES") else
+                               [x_bytes + weight_bytes])
     assert found["shared"] <= SM90_SHARED
     assert {40, 232} <= set(found["setmaxnreg"])
     assert found[r"ld\.local"] == 0 and found[r"st\.local"] == 0

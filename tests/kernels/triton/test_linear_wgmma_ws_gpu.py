@@ -201,8 +201,9 @@ def test_persistent_programs_give_the_grid_orders_bits(fmt: str, monkeypatch) ->
     tile to tile): bit for bit the grid kernel's output — 5 weight tiles x 1-5 M tiles (the last
     part filled), on 3 programs (8-9 tiles each), on more programs than tiles (a tile each)
     and on every SM, bands of 1 / 3, bias, zero / subnormal / Inf / NaN activations, K
-    with a tail — and close to reference-emulation."""
-    for gate in ("WS_VERIFIED", "WIDE_M_VERIFIED", "PERSISTENT_VERIFIED"):
+    with a tail — and close to reference-emulation; with x in a ring of its own (x_stages 3
+    beside 2 weight slots) too."""
+    for gate in ("WS_VERIFIED", "WIDE_M_VERIFIED", "PERSISTENT_VERIFIED", "X_RING_VERIFIED"):
         monkeypatch.setattr(wgmma_gates, gate, True)
     gen = torch.Generator().manual_seed(len(fmt) + 640)
     n = 600  # 640 padded rows: 5 weight tiles
@@ -216,5 +217,7 @@ def test_persistent_programs_give_the_grid_orders_bits(fmt: str, monkeypatch) ->
         grid = lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2, tma_x=True, ws=True,
                               group_m=group)
         monkeypatch.setattr(lw, "sm_count", lambda device, p=programs: p)
-        same_bits(x, prepared, bias, grid, dataclasses.replace(grid, persistent=True),
-                  (fmt, k, m, group, programs))
+        for x_stages in (0, 3):
+            same_bits(x, prepared, bias, grid, dataclasses.replace(grid, persistent=True,
+                                                                   x_stages=x_stages),
+                      (fmt, k, m, group, programs, x_stages))
