@@ -182,7 +182,7 @@ def grouped_experts_wgmma(x: Tensor, weight: MXTensor, activation: QuantKey | No
                      rows, n, k, per_split, num_experts, x_sorted.stride(0), weighted.stride(0),
                      stride_we, stride_se, False, split, cfg.block_m, cfg.block_k, cfg.stages,
                      cfg.warps, k % cfg.block_k != 0, True, FORMATS.index(weight.fmt), (),
-                     cfg.sub_k, cfg.rep, cfg.tma_x, False, 0, False, 1, False),
+                     cfg.sub_k, cfg.rep, cfg.tma_x, False, 0, False, 1, False, 0),
                     num_warps=cfg.warps, num_stages=1, maxnreg=cfg.maxnreg)
     return combine(weighted.view(tokens, top_k, n), out_dtype)
 

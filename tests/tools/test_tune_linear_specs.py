@@ -28,12 +28,15 @@ def test_a_spec_is_its_config() -> None:
     pst = tune_linear.forced_spec("256:128:1:3:4:0:1:1:1:1:0:4:1")
     assert pst.persistent and not band.persistent and \
         tune_linear.wgmma_name(pst).endswith("st3 w4 tma ws g4 pst")
+    x3 = tune_linear.forced_spec("256:128:1:2:4:0:1:1:1:1:0:4:1:3")
+    assert x3.x_stages == 3 and pst.x_stages == 0 and \
+        tune_linear.wgmma_name(x3).endswith("st2 w4 tma ws g4 pst x3")
     assert [tune_linear.tile_of(m) for m in (1, 8, 9, 100, 128)] == [8, 8, 16, 128, 128]
 
 
-@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9:1:1:1:1:1"))
+@pytest.mark.parametrize("spec", ("64:128:2:3", "64:x:2:3:4", "1:2:3:4:5:6:7:8:9:1:1:1:1:1:1"))
 def test_a_malformed_spec_says_what_is_wanted(spec: str) -> None:
-    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 13 integers, "
+    with pytest.raises(ValueError, match=rf"wgmma spec '{spec}': want 5 to 14 integers, "
                                          r"block_m:block_k:split:stages:warps"):
         tune_linear.forced_spec(spec)
 

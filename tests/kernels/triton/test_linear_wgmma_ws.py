@@ -367,7 +367,7 @@ COMPILE_CASES = [
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=2, SPLIT=1, HAS_BIAS=True, PERSIST=True,
          X_STAGES=3),
     dict(BLOCK_M=256, BLOCK_K=128, STAGES=2, FMT=4, SPLIT=1, HAS_BIAS=False, PERSIST=True,
-         GROUP_M=4, X_STAGES=3, PDL=True)]
+         GROUP_M=4, X_STAGES=3)]
 
 
 @pytest.fixture(scope="module")
