@@ -59,6 +59,8 @@
 #     M = 64 / 128 on 8192^2, ~1 min)
 #   OUT=/tmp/out STEPS=band bash tools/gpu_sweeps.sh           (the wide tile's programs in bands
 #     of M tiles, M = 1024 / 4096; BAND_W / BAND_MS / BAND_SHAPES narrow it)
+#   OUT=/tmp/out STEPS=x_ring bash tools/gpu_sweeps.sh         (x in a ring of its own, 3 x slots
+#     beside 2 of the weights, against the persistent row, M = 1024 / 4096, ~2-3 min)
 #   OUT=/tmp/out STEPS=quant_tiles bash tools/gpu_sweeps.sh     (quantize / dequantize tiles,
 #     ~6 min; STEPS=quant_word_io, the packed word moves off / on, a call of its own: both ran
 #     past their limits together on an H100, part 29)
@@ -125,6 +127,16 @@ step band "${BAND_S:-420}" python3 tools/tune_linear.py --parts wgmma --ms "${BA
   --weights "${BAND_W:-mxfp8_e4m3,mxfp4,mxfp6_e3m2}" --out "$OUT/band.json" --rounds "${ROUNDS:-3}" \
   --shapes "${BAND_SHAPES:-8192x8192,28672x8192,8192x28672}" \
   --wgmma-specs "${BAND_SPECS:-256:128:1:2:4:$B:1,256:128:1:2:4:$B:4,256:128:1:2:4:$B:8}"
+# x in a ring of its own (WgmmaConfig.x_stages, gated wgmma_gates.X_RING_VERIFIED, written
+# 2026-12-08 without a GPU): the 2-stage families' persistent row (bands of 4) beside the same
+# with 3 x slots (x copied a K tile earlier than its weights), M = 1024 / 4096, ROUNDS rotated
+# passes; mxfp4's 3-stage table row beside both as the control. Open the gate and give the
+# fp8 / "other" families' LARGE_M rows x_stages=3 where it wins on all three shapes.
+P=0:1:1:1:1:0:4:1
+step x_ring "${XRING_S:-300}" python3 tools/tune_linear.py --parts wgmma \
+  --ms "${XRING_MS:-1024,4096}" --weights "${XRING_W:-mxfp8_e4m3,mxint8,mxfp6_e3m2,mxfp4}" \
+  --out "$OUT/x_ring.json" --rounds "${ROUNDS:-2}" --shapes "${XRING_SHAPES:-8192x8192,28672x8192,8192x28672}" \
+  --open-gates X_RING_VERIFIED --wgmma-specs "256:128:1:2:4:$P,256:128:1:2:4:$P:3"
 # W4A4 with the QDQ inside the kernel at M = 64 / 128 on 8192^2, where W4A4 stays 11-16 % past
 # W4A16 with the QDQ launched first (part 37): the plain grid's first two configs with
 # fuse_act beside the table (ws rows, QDQ launched first), bits checked against the reference
