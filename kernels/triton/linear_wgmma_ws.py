@@ -160,27 +160,24 @@ def _ws_linear_kernel(x_ptr, w_ptr, b_ptr, s_ptr, bias_ptr, out_ptr, part_ptr, l
         mbarrier.init(full.index(s), count=1)
         mbarrier.init(empty.index(s), count=2 if WIDE else 1)  # (WIDE: both read a slot)
     mbarrier.init(red_bar, count=1)
-    if X_STAGES:  # the x ring's own barriers (both consumers read each x slot)
+    if X_STAGES:  # the x ring's own "full" barriers (released with the weights: _split_loader)
         xfull = gl.allocate_shared_memory(gl.int64, [X_STAGES, 1], mbarrier.MBarrierLayout())
-        xempty = gl.allocate_shared_memory(gl.int64, [X_STAGES, 1], mbarrier.MBarrierLayout())
         for s in gl.static_range(X_STAGES):
             mbarrier.init(xfull.index(s), count=1)
-            mbarrier.init(xempty.index(s), count=2)
     else:  # one ring: x completes on its weights' barriers
         xfull = full
-        xempty = empty
     fence_async_shared()  # the inits before any TMA copy completes on them
     if PERSIST:
         gl.warp_specialize([
             (_persistent_consumer, (0, x_smem, w_smem, b_smem, s_smem, full, empty, xfull,
-                                    xempty, bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS,
-                                    BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M, X_STAGES)),
+                                    bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS, BLOCK_M,
+                                    BLOCK_K, STAGES, FMT, GROUP_M, X_STAGES)),
             (_persistent_consumer, (1, x_smem, w_smem, b_smem, s_smem, full, empty, xfull,
-                                    xempty, bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS,
-                                    BLOCK_M, BLOCK_K, STAGES, FMT, GROUP_M, X_STAGES)),
+                                    bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS, BLOCK_M,
+                                    BLOCK_K, STAGES, FMT, GROUP_M, X_STAGES)),
             (_persistent_loader, (x_ptr, w_ptr, b_ptr, s_ptr, x_smem, w_smem, b_smem, s_smem,
-                                  full, empty, xfull, xempty, M, N, K, BLOCK_M, BLOCK_K, STAGES,
-                                  FMT, PDL, GROUP_M, X_STAGES)),
+                                  full, empty, xfull, M, N, K, BLOCK_M, BLOCK_K, STAGES, FMT,
+                                  PDL, GROUP_M, X_STAGES)),
         ], [4, 1], [WREGS, LOADER_REGS])
     else:
         gl.warp_specialize([
@@ -253,12 +250,13 @@ def _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s, tile0
 @gluon.jit
 def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo, k_hi,
              BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-             FMT: gl.constexpr, i0=0, xfull=None, xempty=None, X_STAGES: gl.constexpr = 0):
+             FMT: gl.constexpr, i0=0, xfull=None, X_STAGES: gl.constexpr = 0):
     """Consumer C's sum over the K tiles k_lo + C, k_lo + C + 2, ... of its 64 rows and the
     program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its own 64 rows. i0:
     the ring position of tile k_lo (the persistent kernel's: the K tiles of its earlier
-    output tiles). X_STAGES: x from a ring of its own (xfull / xempty), waited for after the
-    decode, which needs only the weights."""
+    output tiles). X_STAGES: x from a ring of its own (xfull; released with the weights'
+    slot, `_split_loader`), waited for after the decode, which needs only the weights; its
+    slot and parity carried (a modulo by 3 a K tile cost the loop 9-29 instructions a thread)."""
     WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     NBH: gl.constexpr = BLOCK_K // 128
     WL: gl.constexpr = words_layout(4, NBH)
@@ -266,24 +264,29 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
     MMA: gl.constexpr = acc_layout(4, BLOCK_M)
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     acc = gl.zeros([64, BLOCK_M], gl.float32, MMA)
+    if X_STAGES:  # (persistent: i0 a run-time count, the loop's step 1)
+        xs = i0 % X_STAGES
+        x_phase = (i0 // X_STAGES) & 1
     for kk in range(k_lo + (0 if WIDE else C), k_hi, 1 if WIDE else 2):
         i = i0 + kk - k_lo
         s = i % STAGES
         mbarrier.wait(full.index(s), (i // STAGES) & 1)
+        if X_STAGES:  # (before the decode: a wait between it and the wgmma made ptxas move
+            mbarrier.wait(xfull.index(xs), x_phase)  # the A registers, 18 moves a K tile)
+            x_slot = xs
+        else:
+            x_slot = s
         ws = C * STAGES + s if WIDE else s  # the slot of the consumer's weight rows
         words, bw, base, sword = slot_operands(w_smem.index(ws), b_smem.index(ws),
                                                s_smem.index(ws), WL, SL, 4, NBH, FMT)
         a = decode(words, bw, base, sword, 64, BLOCK_K, A, FMT)
-        if X_STAGES:
-            xs = i % X_STAGES
-            mbarrier.wait(xfull.index(xs), (i // X_STAGES) & 1)
-        else:
-            xs = s
-        acc = warpgroup_mma(a, x_smem.index(xs).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a, x_smem.index(x_slot).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])  # (A registers: see the module)
         mbarrier.arrive(empty.index(s))  # every thread's reads of the slot are done
         if X_STAGES:
-            mbarrier.arrive(xempty.index(xs))
+            wrap = (xs == X_STAGES - 1).to(gl.int32)
+            xs = xs + 1 - X_STAGES * wrap
+            x_phase = x_phase ^ wrap
     return acc
 
 
@@ -339,7 +342,7 @@ def _tile_grid(M, N, BLOCK_M: gl.constexpr):
 
 @gluon.jit
 def _persistent_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full,
-                       empty, xfull, xempty, M, N, K, BLOCK_M: gl.constexpr,
+                       empty, xfull, M, N, K, BLOCK_M: gl.constexpr,
                        BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr,
                        PDL: gl.constexpr, GROUP_M: gl.constexpr, X_STAGES: gl.constexpr = 0):
     """`_loader` over each of the program's output tiles in turn, ring position i running on
@@ -353,7 +356,7 @@ def _persistent_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s
         grid_wait()
     if X_STAGES:
         _split_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full,
-                      empty, xfull, xempty, ktiles, block_tiles, grid_n, grid_m, BLOCK_M,
+                      empty, xfull, ktiles, block_tiles, grid_n, grid_m, BLOCK_M,
                       BLOCK_K, STAGES, FMT, GROUP_M, X_STAGES)
     else:
         i = 0
@@ -372,7 +375,7 @@ def _persistent_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s
 
 @gluon.jit
 def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, xfull,
-                         xempty, bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS: gl.constexpr,
+                         bias_ptr, out_ptr, M, N, K, stride_o, HAS_BIAS: gl.constexpr,
                          BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                          FMT: gl.constexpr, GROUP_M: gl.constexpr, X_STAGES: gl.constexpr = 0):
     """Consumer C of the wide tile over each of the program's output tiles: its 64 weight rows'
@@ -384,7 +387,7 @@ def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, 
     for t in range(gl.program_id(0), grid_n * grid_m, gl.num_programs(0)):
         pid_n, pid_m = tile_at(t, grid_n, grid_m, GROUP_M)
         acc = _consume(C, x_smem, w_smem, b_smem, s_smem, full, empty, 0, ktiles, BLOCK_M,
-                       BLOCK_K, STAGES, FMT, i0, xfull, xempty, X_STAGES)
+                       BLOCK_K, STAGES, FMT, i0, xfull, X_STAGES)
         row0 = pid_m * BLOCK_M
         finish_tile_at(pid_n, acc, out_ptr, out_ptr, out_ptr, row0, M - row0, N, stride_o,
                        bias_ptr, out_ptr, out_ptr, HAS_BIAS, False, 1, 64, BLOCK_M,
@@ -404,34 +407,36 @@ def _position(p, ktiles, grid_n, grid_m, GROUP_M: gl.constexpr):
 
 @gluon.jit
 def _split_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem, full, empty,
-                  xfull, xempty, ktiles, block_tiles, grid_n, grid_m, BLOCK_M: gl.constexpr,
+                  xfull, ktiles, block_tiles, grid_n, grid_m, BLOCK_M: gl.constexpr,
                   BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMT: gl.constexpr,
                   GROUP_M: gl.constexpr, X_STAGES: gl.constexpr):
     """The persistent loader with x in a ring of its own, X_STAGES deep: step p copies ring
-    position p's x tile and position p - D's weights (D = X_STAGES - STAGES), both into slots
-    the consumers released at position p - X_STAGES, so an x tile is in flight D positions
-    longer than its weights (the 64 KB x tile is most of a position's bytes)."""
+    position p's x tile and position q = p - D's weights (D = X_STAGES - STAGES), so an x tile
+    is in flight D positions longer than its weights (the 64 KB x tile is most of a
+    position's bytes). Both slots were last read at position p - X_STAGES, whose release the
+    weights' "empty" barrier of slot q % STAGES tells (the consumers release the two rings
+    together): one wait a step, and no barrier of the x ring's own for the release. The
+    parity cannot alias: the barrier's next phase is position q's release, and q's weights
+    are copied only after this wait."""
     D: gl.constexpr = X_STAGES - STAGES
     XB: gl.constexpr = BLOCK_M * BLOCK_K * 2
     tiles = grid_n * grid_m
     programs = gl.num_programs(0)
     n_pos = (tiles - gl.program_id(0) + programs - 1) // programs * ktiles
     for p in range(0, n_pos + D):
+        q = p - D
+        if q >= 0:  # (q < STAGES: a fresh barrier, parity 1 passes)
+            mbarrier.wait(empty.index(q % STAGES), ((q // STAGES) & 1) ^ 1)
         if p < n_pos:
             pid_n, pid_m, kk = _position(p, ktiles, grid_n, grid_m, GROUP_M)
             xs = p % X_STAGES
-            mbarrier.wait(xempty.index(xs), ((p // X_STAGES) & 1) ^ 1)
             mbarrier.expect(xfull.index(xs), XB)
             _tma_load(x_desc, [pid_m * BLOCK_M, kk * BLOCK_K], xfull.index(xs),
                       x_smem.index(xs))
-        if p >= D:
-            q = p - D
+        if q >= 0:
             pid_n, pid_m, kk = _position(q, ktiles, grid_n, grid_m, GROUP_M)
-            s = q % STAGES
-            mbarrier.wait(empty.index(s), ((q // STAGES) & 1) ^ 1)
-            _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, s,
+            _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, q % STAGES,
                           pid_n * 2 * block_tiles, block_tiles, kk, 0, BLOCK_M, BLOCK_K, STAGES,
                           FMT)
-
 
 __all__ = ["ROW", "ws_descriptors"]
