@@ -11,7 +11,7 @@ timed says so. This is the check before a sweep's candidates go to the GPU.
         --wgmma 128:128:1:3:4,128:128:1:2:4,256:128:1:2:4:0:1:1:1:1
 A ws config's registers are the launch's count a thread (setmaxnreg then moves them between
 its partitions), so its "by registers" is a bound, not the count. Specs as
-tools/tune_linear.py's (block_m:block_k:split:stages:warps[:maxnreg[:sub_k[:rep[:tma_x[:ws]]]]]);
+tools/tune_linear.py's (sweep_variants.SPEC_FIELDS, up to group_m, persistent and x_stages);
 the table's rows by default. Needs a triton with Gluon and ptxas (CPU CI's has
 both; triton 3.6 compiles what the H200 runs: PYTHONPATH=<3.6 site> python tools/...).
 """
