@@ -255,8 +255,8 @@ def _consume(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, empty, k_lo,
     program's BLOCK_M activation rows; BLOCK_M 256: over every K tile, its own 64 rows. i0:
     the ring position of tile k_lo (the persistent kernel's: the K tiles of its earlier
     output tiles). X_STAGES: x from a ring of its own (xfull; released with the weights'
-    slot, `_split_loader`), waited for after the decode, which needs only the weights; its
-    slot and parity carried (a modulo by 3 a K tile cost the loop 9-29 instructions a thread)."""
+    slot, `_split_loader`), waited for with the weights; its slot and parity carried (a
+    modulo by 3 a K tile cost the loop 9-29 instructions a thread)."""
     WIDE: gl.constexpr = BLOCK_M == _WIDE_M
     NBH: gl.constexpr = BLOCK_K // 128
     WL: gl.constexpr = words_layout(4, NBH)
@@ -395,7 +395,6 @@ def _persistent_consumer(C: gl.constexpr, x_smem, w_smem, b_smem, s_smem, full, 
         i0 += ktiles
 
 
-
 @gluon.jit
 def _position(p, ktiles, grid_n, grid_m, GROUP_M: gl.constexpr):
     """Ring position p of a persistent program: (pid_n, pid_m, kk) of the output tile it is
@@ -438,5 +437,6 @@ def _split_loader(x_desc, w_desc, b_desc, s_desc, x_smem, w_smem, b_smem, s_smem
             _load_weights(w_desc, b_desc, s_desc, w_smem, b_smem, s_smem, full, q % STAGES,
                           pid_n * 2 * block_tiles, block_tiles, kk, 0, BLOCK_M, BLOCK_K, STAGES,
                           FMT)
+
 
 __all__ = ["ROW", "ws_descriptors"]

@@ -15,8 +15,8 @@ _SHORT = (("s", "split"), ("st", "stages"), ("w", "warps"))
 
 
 def wgmma_words(c: WgmmaConfig) -> str:
-    """'64x128 s2 st3 w8 sub2 r128 rep2 tma ws ovl g4 pst x3': tile, split-K, stages, warps, then only
-    the parts a config turns on."""
+    """'64x128 s2 st3 w8 sub2 r128 rep2 tma ws ovl g4 pst x3': tile, split-K, stages, warps,
+    then only the parts a config turns on."""
     return (f"{c.block_m}x{c.block_k} s{c.split} st{c.stages} w{c.warps}"
             f"{' fused-act' if c.fuse_act else ''}{' sub2' if c.sub_k == 2 else ''}"
             f"{f' r{c.maxnreg}' if c.maxnreg else ''}{' rep2' if c.rep == 2 else ''}"
