@@ -179,19 +179,22 @@ def test_banded_program_order_gives_the_same_bits(fmt: str, monkeypatch) -> None
         x = special_rows(m, k, gen)
         grid = lw.WgmmaConfig(block_m=256, block_k=128, split=split, stages=2, tma_x=True,
                               ws=True)
-        same_bits(x, prepared, bias, grid, dataclasses.replace(grid, group_m=group),
+        same_bits(x, prepared, bias, grid, (dataclasses.replace(grid, group_m=group),),
                   (fmt, m, split, group))
 
 
-def same_bits(x, prepared, bias, want_cfg: lw.WgmmaConfig, got_cfg: lw.WgmmaConfig,
+def same_bits(x, prepared, bias, want_cfg: lw.WgmmaConfig, got_cfgs: tuple,
               case: tuple) -> None:
-    """got_cfg's output is want_cfg's bit for bit, with and without bias, and close to
-    reference-emulation."""
+    """Each of got_cfgs' outputs is want_cfg's bit for bit, with and without bias, and close
+    to reference-emulation (want_cfg's output and the reference computed once for all)."""
     for b in (None, bias):
         want = fused_linear(x, prepared, b, strategy="wgmma", config=want_cfg)
-        got = fused_linear(x, prepared, b, strategy="wgmma", config=got_cfg)
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (*case, b is not None)
-        assert close(got, reference_bf16(x, prepared, b)), (*case, b is not None)
+        ref = reference_bf16(x, prepared, b)
+        for got_cfg in got_cfgs:
+            got = fused_linear(x, prepared, b, strategy="wgmma", config=got_cfg)
+            where = (*case, got_cfg.x_stages, b is not None)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), where
+            assert close(got, ref), where
 
 
 @gpu
@@ -217,7 +220,6 @@ def test_persistent_programs_give_the_grid_orders_bits(fmt: str, monkeypatch) ->
         grid = lw.WgmmaConfig(block_m=256, block_k=128, split=1, stages=2, tma_x=True, ws=True,
                               group_m=group)
         monkeypatch.setattr(lw, "sm_count", lambda device, p=programs: p)
-        for x_stages in (0, 3):
-            same_bits(x, prepared, bias, grid, dataclasses.replace(grid, persistent=True,
-                                                                   x_stages=x_stages),
-                      (fmt, k, m, group, programs, x_stages))
+        pst = dataclasses.replace(grid, persistent=True)
+        same_bits(x, prepared, bias, grid, (pst, dataclasses.replace(pst, x_stages=3)),
+                  (fmt, k, m, group, programs))
