@@ -63,8 +63,7 @@ def compile_config(cfg, fmt_index: int, grouped: bool, act: str = "", act_rows: 
                                GROUPED=grouped, HAS_BIAS=False, SUB_K=cfg.sub_k, REP=cfg.rep,
                                X_TMA=cfg.tma_x or cfg.ws, ACT_ROWS=act_rows,
                                OVERLAP=cfg.overlap, GROUP_M=cfg.group_m,
-                               PERSIST=cfg.persistent,
-                               **({"X_STAGES": cfg.x_stages} if cfg.x_stages else {}),
+                               PERSIST=cfg.persistent, X_STAGES=cfg.x_stages,
                                **({"ACT": act} if act else {})))
     kern, sig, attrs = wgmma_signature(consts, ws=cfg.ws)
     options = dict(num_warps=cfg.warps, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
